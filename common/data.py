@@ -1,0 +1,269 @@
+"""The guide's datasets (§2.2.1 ``CustomImageDataset``, §2.3.1 ``CustomDataset``), hardened.
+
+Both keep their index in NumPy arrays rather than lists of Python objects: a DataLoader
+worker that reads a Python list touches every object's reference count, which copies
+the pages holding them into the worker ("copy-on-read"), so each worker slowly grows to
+the size of the whole index. One NumPy buffer has no per-item reference counts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from PIL import Image, UnidentifiedImageError
+from torch.utils.data import Dataset
+from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+
+_INTEGER = re.compile(r"^[+-]?\d+$")
+
+
+class BadSampleError(ValueError):
+    """A sample that cannot be used: the message names the file (and CSV line).
+
+    Introduced in chapters/02_1_dataset_dataloader.ipynb.
+    """
+
+
+def load_rgb(path: str | os.PathLike, *, where: str = "") -> Image.Image:
+    """Open an image file and decode it fully as RGB, naming the file on failure.
+
+    Args:
+        path: Image file.
+        where: Extra context for the error message, e.g. ``"labels.csv line 7"``.
+
+    Raises:
+        BadSampleError: If the file is missing, not an image, or truncated.
+
+    Introduced in chapters/02_1_dataset_dataloader.ipynb.
+    """
+    context = f" ({where})" if where else ""
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")  # convert() forces the full decode
+    except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as error:
+        raise BadSampleError(f"cannot decode image {path}{context}: {error}") from error
+
+
+def resolve_inside(root: Path, relative: str, *, where: str) -> Path:
+    """Join ``root / relative`` and refuse anything that leaves ``root``.
+
+    Refuses absolute paths, ``..`` components and symbolic links pointing outside
+    ``root``; also refuses a path that is not an existing regular file.
+
+    Introduced in chapters/02_1_dataset_dataloader.ipynb.
+    """
+    candidate = Path(relative)
+    if candidate.is_absolute() or ".." in candidate.parts or relative.strip() == "":
+        raise BadSampleError(f"{where}: path {relative!r} must be relative to {root} "
+                             "without '..' components")
+    resolved = (root / candidate).resolve()
+    if not resolved.is_relative_to(root.resolve()):
+        raise BadSampleError(f"{where}: path {relative!r} escapes {root} (it resolves to "
+                             f"{resolved}, through a symbolic link)")
+    if not resolved.is_file():
+        raise BadSampleError(f"{where}: file {relative!r} not found in {root}")
+    return resolved
+
+
+def _read_annotations(annotations_file: Path) -> pd.DataFrame:
+    try:
+        frame = pd.read_csv(annotations_file, dtype=str, keep_default_na=False)
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"annotations file {annotations_file} does not exist") from error
+    except pd.errors.EmptyDataError as error:
+        raise BadSampleError(f"{annotations_file} is empty (expected a header line "
+                             "'file_name,label' and one line per image)") from error
+    except pd.errors.ParserError as error:
+        raise BadSampleError(f"{annotations_file} is not a well-formed CSV: {error}") from error
+    if frame.shape[1] != 2:
+        raise BadSampleError(f"{annotations_file}: expected 2 columns (file name, label), found "
+                             f"{frame.shape[1]}: {list(frame.columns)}")
+    if len(frame) == 0:
+        raise BadSampleError(f"{annotations_file} has a header but no rows")
+    return frame
+
+
+class CustomImageDataset(Dataset):
+    """Images listed in an annotations CSV (guide §2.2.1), validated at construction.
+
+    The CSV has a header line, then one line per image: a path relative to ``img_dir``
+    and an integer label. ``__getitem__`` returns ``(image, label)``: a PIL RGB image
+    (or whatever ``transform`` makes of it) and an ``int`` (or ``target_transform(int)``).
+
+    Args:
+        annotations_file: The CSV.
+        img_dir: Folder the CSV's paths are relative to; nothing outside it is read.
+        transform: Applied to the PIL image.
+        target_transform: Applied to the integer label.
+        num_classes: If given, every label must lie in ``0 .. num_classes - 1``.
+        on_bad: ``"raise"`` (default) stops at the first bad row; ``"skip"`` leaves bad
+            rows out, lists them in ``self.skipped`` and warns with their count.
+        check_images: Also decode every image now (slower) so corrupt files are found at
+            construction rather than in the middle of an epoch.
+
+    Raises:
+        BadSampleError: Naming the CSV line and file of the first problem (``on_bad="raise"``).
+
+    Introduced in chapters/02_1_dataset_dataloader.ipynb.
+    """
+
+    def __init__(self, annotations_file: str | os.PathLike, img_dir: str | os.PathLike,
+                 transform: Callable | None = None, target_transform: Callable | None = None,
+                 *, num_classes: int | None = None, on_bad: str = "raise",
+                 check_images: bool = False) -> None:
+        if on_bad not in ("raise", "skip"):
+            raise ValueError(f"on_bad must be 'raise' or 'skip', got {on_bad!r}")
+        self.annotations_file = Path(annotations_file)
+        self.img_dir = Path(img_dir)
+        if not self.img_dir.is_dir():
+            raise FileNotFoundError(f"image folder {self.img_dir} does not exist")
+        self.transform = transform
+        self.target_transform = target_transform
+        frame = _read_annotations(self.annotations_file)
+        paths, labels, lines, skipped = [], [], [], []
+        for row, (name, label) in enumerate(frame.itertuples(index=False, name=None)):
+            where = f"{self.annotations_file.name} line {row + 2}"
+            try:
+                path, value = self._check_row(name, label, where, num_classes, check_images)
+            except BadSampleError as error:
+                if on_bad == "raise":
+                    raise
+                skipped.append((row + 2, name, str(error)))
+                continue
+            paths.append(str(path))
+            labels.append(value)
+            lines.append(row + 2)
+        self.skipped = pd.DataFrame(skipped, columns=["line", "file_name", "reason"])
+        if skipped:
+            warnings.warn(f"{self.annotations_file}: skipped {len(skipped)} bad row(s), see "
+                          f".skipped; first: {skipped[0][2]}", stacklevel=2)
+        if not paths:
+            raise BadSampleError(f"{self.annotations_file}: no usable rows")
+        self._paths = np.array(paths, dtype=np.str_)
+        self._labels = np.array(labels, dtype=np.int64)
+        self._lines = np.array(lines, dtype=np.int64)  # CSV line of each sample, for errors
+
+    def _check_row(self, name: str, label: str, where: str, num_classes: int | None,
+                   check_images: bool) -> tuple[Path, int]:
+        path = resolve_inside(self.img_dir, name, where=where)
+        if not _INTEGER.match(label.strip()):
+            raise BadSampleError(f"{where}: label {label!r} of {name!r} is not an integer")
+        value = int(label)
+        if value < 0 or (num_classes is not None and value >= num_classes):
+            limit = f"0..{num_classes - 1}" if num_classes is not None else ">= 0"
+            raise BadSampleError(f"{where}: label {value} of {name!r} is outside {limit}")
+        if check_images:
+            load_rgb(path, where=where)
+        return path, value
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """All labels, in index order (a read-only view)."""
+        view = self._labels.view()
+        view.flags.writeable = False
+        return view
+
+    def path(self, idx: int) -> Path:
+        """The image file of sample ``idx``."""
+        return Path(self._paths[idx])
+
+    def __getitem__(self, idx: int):
+        where = f"{self.annotations_file.name} line {self._lines[idx]}"
+        image = load_rgb(self._paths[idx], where=where)
+        label = int(self._labels[idx])
+        if self.transform:
+            image = self.transform(image)
+        if self.target_transform:
+            label = self.target_transform(label)
+        return image, label
+
+
+class CustomDataset(Dataset):
+    """A list of image files labelled by their parent folder (guide §2.3.1), completed.
+
+    The guide leaves ``get_label`` unimplemented; here the label is the index of the
+    parent folder's name among the sorted class names, exactly as torchvision's
+    ``ImageFolder`` numbers classes. ``CustomDataset.from_folder(root)`` lists a folder
+    the way ``ImageFolder(root)`` does, so both yield the same (path, label) pairs.
+
+    Args:
+        file_list: Image paths.
+        transform: Applied to the PIL image.
+        classes: Class names; default the sorted set of the files' parent folder names.
+        root: If given, every file must lie inside it (no ``..``, no links out).
+
+    Introduced in chapters/02_3_custom_datasets.ipynb.
+    """
+
+    def __init__(self, file_list: Sequence[str | os.PathLike], transform: Callable | None = None,
+                 *, classes: Sequence[str] | None = None,
+                 root: str | os.PathLike | None = None) -> None:
+        if len(file_list) == 0:
+            raise BadSampleError("file_list is empty")
+        self.transform = transform
+        self.root = Path(root) if root is not None else None
+        checked = [self._check_file(Path(f), i) for i, f in enumerate(file_list)]
+        names = sorted({p.parent.name for p in checked}) if classes is None else list(classes)
+        self.classes = names
+        self.class_to_idx = {name: i for i, name in enumerate(names)}
+        self._paths = np.array([str(p) for p in checked], dtype=np.str_)
+        self._labels = np.array([self.get_label(p) for p in checked], dtype=np.int64)
+
+    @classmethod
+    def from_folder(cls, root: str | os.PathLike,
+                    transform: Callable | None = None) -> CustomDataset:
+        """Every image under ``root/<class>/``, listed and ordered as ``ImageFolder`` does.
+
+        Introduced in chapters/02_3_custom_datasets.ipynb.
+        """
+        classes, class_to_idx = find_classes(os.fspath(root))
+        samples = make_dataset(os.fspath(root), class_to_idx, extensions=IMG_EXTENSIONS)
+        return cls([path for path, _ in samples], transform, classes=classes, root=root)
+
+    def _check_file(self, path: Path, index: int) -> Path:
+        where = f"file_list[{index}]"
+        if self.root is not None:
+            relative = os.path.relpath(os.path.abspath(path), os.path.abspath(self.root))
+            resolve_inside(self.root, relative, where=where)
+        elif not path.is_file():
+            raise BadSampleError(f"{where}: file {str(path)!r} not found")
+        return path
+
+    def get_label(self, img_path: str | os.PathLike) -> int:
+        """The class index of ``img_path``'s parent folder name."""
+        name = Path(img_path).parent.name
+        if name not in self.class_to_idx:
+            raise BadSampleError(f"{img_path}: folder {name!r} is not a known class "
+                                 f"(classes: {self.classes})")
+        return self.class_to_idx[name]
+
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """(path, label) pairs, comparable with ``ImageFolder(root).samples``."""
+        return [(str(p), int(t)) for p, t in zip(self._paths, self._labels, strict=True)]
+
+    @property
+    def labels(self) -> np.ndarray:
+        """All labels, in index order (a read-only view)."""
+        view = self._labels.view()
+        view.flags.writeable = False
+        return view
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def __getitem__(self, index: int):
+        image = load_rgb(self._paths[index])
+        label = int(self._labels[index])
+        if self.transform:
+            image = self.transform(image)
+        return image, label

@@ -1,0 +1,94 @@
+"""Build and check the chapter notebooks: ``python -m common.notebooks build|check``.
+
+Authors edit the jupytext twin ``chapters/NN_name.py`` (py:percent) or the notebook;
+``build`` executes the notebook top to bottom in a fresh kernel (execution counts 1..N)
+and rewrites the twin from it, so the pair is always in sync. ``check`` verifies both
+without executing anything (``make test`` runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import jupytext
+import nbformat
+from nbclient import NotebookClient
+
+FORMATS = "ipynb,py:percent"
+
+
+def twin_of(notebook: Path) -> Path:
+    """The py:percent twin of a notebook (same folder, same stem)."""
+    return notebook.with_suffix(".py")
+
+
+def _read_source(path: Path) -> nbformat.NotebookNode:
+    """Read a notebook from its newer of .ipynb / .py twin (the one the author edited)."""
+    notebook, twin = path.with_suffix(".ipynb"), path.with_suffix(".py")
+    newest = max((p for p in (notebook, twin) if p.exists()), key=lambda p: p.stat().st_mtime)
+    nb = jupytext.read(newest)
+    nb.metadata.setdefault("jupytext", {})["formats"] = FORMATS
+    nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python",
+                                 "name": "python3"}
+    return nb
+
+
+def build(path: Path, *, timeout: int = 600) -> None:
+    """Execute a notebook in a fresh kernel, in its own folder, and write both twins.
+
+    Raises:
+        nbclient.exceptions.CellExecutionError: If a cell fails (nothing is written).
+    """
+    nb = _read_source(path)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    nbformat.write(nb, path.with_suffix(".ipynb"))
+    jupytext.write(nb, twin_of(path.with_suffix(".ipynb")), fmt="py:percent")
+
+
+def problems(notebook: Path) -> list[str]:
+    """What is wrong with a committed notebook: execution order, errors, twin out of sync."""
+    nb = nbformat.read(notebook, as_version=4)
+    found = []
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    counts = [c.get("execution_count") for c in code]
+    if counts != list(range(1, len(code) + 1)):
+        found.append(f"{notebook}: execution counts are {counts[:8]}..., not 1..{len(code)} "
+                     "(run `python -m common.notebooks build` on it)")
+    for index, cell in enumerate(code, start=1):
+        if any(out.get("output_type") == "error" for out in cell.get("outputs", [])):
+            found.append(f"{notebook}: code cell {index} has an error output")
+    twin = twin_of(notebook)
+    if not twin.is_file():
+        found.append(f"{notebook}: its jupytext twin {twin} is missing")
+    elif jupytext.writes(nb, fmt="py:percent") != twin.read_text():
+        found.append(f"{notebook}: {twin.name} is out of sync (run `python -m common.notebooks "
+                     "build` or `jupytext --sync` on it)")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["build", "check"])
+    parser.add_argument("paths", nargs="+", type=Path, help=".ipynb or .py twin files")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    args = parser.parse_args(argv)
+    failures = []
+    for path in args.paths:
+        if args.command == "build":
+            print(f"building {path.with_suffix('.ipynb')}", flush=True)
+            build(path, timeout=args.timeout)
+        else:
+            failures += problems(path.with_suffix(".ipynb"))
+    for failure in failures:
+        print(failure, file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

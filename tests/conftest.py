@@ -1,0 +1,32 @@
+"""Shared fixtures; turns any blocked network attempt into a failed run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from common.synthetic import SyntheticConfig, ensure_data
+
+#: Small enough to generate in well under a second, big enough for every class.
+TINY = SyntheticConfig(seed=7, num_train=24, num_val=12, min_size=40, max_size=64)
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory):
+    """A tiny synthetic dataset shared by the tests of one session (do not modify it)."""
+    return ensure_data(tmp_path_factory.mktemp("data") / "shapes", TINY, verbose=False)
+
+
+@pytest.fixture(scope="session")
+def shapes_data():
+    """The full synthetic dataset in data/shapes (as the notebooks use it)."""
+    return ensure_data(verbose=False)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    log = os.environ.get("COMPANION_NETGUARD_LOG")
+    if log and Path(log).is_file() and Path(log).read_text().strip():
+        print(f"\nNetwork access was attempted (see {log}):\n{Path(log).read_text()}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
