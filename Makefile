@@ -7,11 +7,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-NOTEBOOKS := $(sort $(wildcard chapters/*.ipynb))
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+NOTEBOOKS := $(sort $(wildcard chapters/*.ipynb)) $(sort $(wildcard chapters/exercises/*.ipynb))
 # Tests run with a guard that refuses any connection off this machine (tests/netguard).
 NETGUARD := PYTHONPATH=$(CURDIR)/tests/netguard COMPANION_NETGUARD_LOG=$(CURDIR)/build/netguard.log
 
-.PHONY: help install data lab test unit notebooks bench assignments grade html doctor lint format clean distclean
+.PHONY: help install data lab test unit notebooks bench assignments grade html doctor browser-deps shards lint format clean distclean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -53,6 +54,13 @@ grade: data ## Grade submissions: make grade SUBMISSIONS=path/to/folder (report 
 
 html: $(STAMP) ## Build a static site of the executed chapters into build/html/
 	$(BIN)/python -m common.site --out build/html
+
+shards: data ## Write tar shards of the dataset to data/shards/ (chapter 5)
+	$(BIN)/python data_scripts/make_shards.py
+
+browser-deps: ## Install headless Chromium + CJK fonts for the site's browser test (Debian/Ubuntu; sudo unless root)
+	$(SUDO) apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium fonts-noto-cjk
 
 doctor: $(STAMP) ## Check this environment (versions, devices, /dev/shm, data) and suggest fixes
 	$(BIN)/python -m common.doctor

@@ -71,6 +71,23 @@ def resolve_inside(root: Path, relative: str, *, where: str) -> Path:
     return resolved
 
 
+def parse_label(text: str, *, where: str, num_classes: int | None = None) -> int:
+    """Parse a CSV label: an integer in ``0 .. num_classes - 1`` (or ``>= 0``).
+
+    Raises:
+        BadSampleError: Naming ``where`` if the text is not an integer or out of range.
+
+    Introduced in chapters/02_1_dataset_dataloader.ipynb.
+    """
+    if not _INTEGER.match(text.strip()):
+        raise BadSampleError(f"{where}: label {text!r} is not an integer")
+    value = int(text)
+    if value < 0 or (num_classes is not None and value >= num_classes):
+        limit = f"0..{num_classes - 1}" if num_classes is not None else ">= 0"
+        raise BadSampleError(f"{where}: label {value} is not a known class ({limit})")
+    return value
+
+
 def _read_annotations(annotations_file: Path) -> pd.DataFrame:
     try:
         frame = pd.read_csv(annotations_file, dtype=str, keep_default_na=False)
@@ -86,6 +103,10 @@ def _read_annotations(annotations_file: Path) -> pd.DataFrame:
                              f"{frame.shape[1]}: {list(frame.columns)}")
     if len(frame) == 0:
         raise BadSampleError(f"{annotations_file} has a header but no rows")
+    if _INTEGER.match(str(frame.columns[1]).strip()):
+        # pandas took the first data row as the header: refuse rather than lose a sample
+        raise BadSampleError(f"{annotations_file} line 1: {list(frame.columns)} looks like a "
+                             "data row; the CSV needs a header line 'file_name,label'")
     return frame
 
 
@@ -141,8 +162,10 @@ class CustomImageDataset(Dataset):
             lines.append(row + 2)
         self.skipped = pd.DataFrame(skipped, columns=["line", "file_name", "reason"])
         if skipped:
-            warnings.warn(f"{self.annotations_file}: skipped {len(skipped)} bad row(s), see "
-                          f".skipped; first: {skipped[0][2]}", stacklevel=2)
+            lines_skipped = ", ".join(str(line) for line, _, _ in skipped)
+            warnings.warn(f"{self.annotations_file}: skipped {len(skipped)} bad row(s) at "
+                          f"line(s) {lines_skipped}; reasons in .skipped; first: "
+                          f"{skipped[0][2]}", stacklevel=2)
         if not paths:
             raise BadSampleError(f"{self.annotations_file}: no usable rows")
         self._paths = np.array(paths, dtype=np.str_)
@@ -152,12 +175,7 @@ class CustomImageDataset(Dataset):
     def _check_row(self, name: str, label: str, where: str, num_classes: int | None,
                    check_images: bool) -> tuple[Path, int]:
         path = resolve_inside(self.img_dir, name, where=where)
-        if not _INTEGER.match(label.strip()):
-            raise BadSampleError(f"{where}: label {label!r} of {name!r} is not an integer")
-        value = int(label)
-        if value < 0 or (num_classes is not None and value >= num_classes):
-            limit = f"0..{num_classes - 1}" if num_classes is not None else ">= 0"
-            raise BadSampleError(f"{where}: label {value} of {name!r} is outside {limit}")
+        value = parse_label(label, where=f"{where}: {name!r}", num_classes=num_classes)
         if check_images:
             load_rgb(path, where=where)
         return path, value
@@ -267,3 +285,47 @@ class CustomDataset(Dataset):
         if self.transform:
             image = self.transform(image)
         return image, label
+
+
+class PreloadedDataset(Dataset):
+    """Decode and resize every image of ``source`` once into one uint8 array; transform per item.
+
+    The deterministic, expensive prefix of a pipeline (decode + resize) runs once; the
+    random, cheap suffix (augmentation, ``ToTensor``, ``Normalize``) runs every epoch.
+    The pixels sit in a single NumPy buffer (no per-image objects: see copy-on-read).
+
+    Args:
+        source: A dataset returning ``(PIL image, int label)`` (no transform of its own).
+        size: ``(width, height)`` every image is resized to.
+        transform: Applied to the resized PIL image on every access.
+
+    Introduced in chapters/02_3_custom_datasets.ipynb.
+    """
+
+    def __init__(self, source: Dataset, *, size: tuple[int, int],
+                 transform: Callable | None = None) -> None:
+        width, height = size
+        self.transform = transform
+        self._pixels = np.empty((len(source), height, width, 3), dtype=np.uint8)
+        self._labels = np.empty(len(source), dtype=np.int64)
+        for index in range(len(source)):
+            image, label = source[index]
+            if not isinstance(image, Image.Image):
+                raise TypeError(f"source[{index}] returned {type(image).__name__}, expected a PIL "
+                                "image (build the source without a transform)")
+            self._pixels[index] = np.asarray(image.convert("RGB").resize((width, height)))
+            self._labels[index] = int(label)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """All labels, in index order (a read-only view)."""
+        view = self._labels.view()
+        view.flags.writeable = False
+        return view
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def __getitem__(self, index: int):
+        image = Image.fromarray(self._pixels[index])
+        return (self.transform(image) if self.transform else image), int(self._labels[index])

@@ -74,3 +74,44 @@ def plot_history(history: History, *, title: str | None = None) -> Figure:
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def plot_channel_histograms(groups: dict[str, torch.Tensor], *, bins: int = 60,
+                            channel_names: Sequence[str] = ("R", "G", "B")) -> Figure:
+    """One histogram panel per group of images, one curve per channel.
+
+    Args:
+        groups: Panel title -> images (N, C, H, W) or (C, H, W), e.g. before/after Normalize.
+        bins: Histogram bins.
+        channel_names: Legend labels (and colours, for R, G, B).
+
+    Introduced in chapters/02_2_transforms_augmentation.ipynb.
+    """
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3), squeeze=False)
+    colours = ("tab:red", "tab:green", "tab:blue")
+    for ax, (title, images) in zip(axes.flat, groups.items(), strict=True):
+        images = images.unsqueeze(0) if images.dim() == 3 else images
+        for c, name in enumerate(channel_names):
+            values = images[:, c].flatten().float().numpy()
+            ax.hist(values, bins=bins, histtype="step", color=colours[c % 3], label=name)
+        ax.set(title=title, xlabel="pixel value", ylabel="count")
+        ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_class_counts(counts: dict[str, Sequence[int]], classes: Sequence[str]) -> Figure:
+    """Grouped bars: samples per class under each named setting (e.g. before/after a sampler).
+
+    Introduced in chapters/02_3_custom_datasets.ipynb.
+    """
+    fig, ax = plt.subplots(figsize=(7, 3))
+    width = 0.8 / len(counts)
+    for i, (name, values) in enumerate(counts.items()):
+        positions = [x + (i - (len(counts) - 1) / 2) * width for x in range(len(classes))]
+        ax.bar(positions, values, width=width, label=name)
+    ax.set_xticks(range(len(classes)), classes)
+    ax.set(ylabel="samples")
+    ax.legend()
+    fig.tight_layout()
+    return fig

@@ -26,7 +26,7 @@ from filelock import FileLock
 
 from common.shapes import CLASSES, draw_shape_image
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # bump whenever drawing changes, so old datasets are regenerated
 SPLITS = ("train", "val")
 
 

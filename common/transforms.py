@@ -118,3 +118,34 @@ class V2EvalPreset:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.pipeline})"
+
+
+class AddGaussianNoise:
+    """A custom transform: add zero-mean Gaussian noise to a float tensor image.
+
+    Draws from torch's global RNG, which the DataLoader seeds per worker from its
+    ``generator``: a seeded loader gives the same noise on every run.
+
+    Args:
+        std: Standard deviation of the noise (in the tensor's units).
+        p: Probability of adding noise to a given image.
+
+    Introduced in chapters/02_3_custom_datasets.ipynb.
+    """
+
+    def __init__(self, *, std: float = 0.05, p: float = 1.0) -> None:
+        if std < 0 or not 0.0 <= p <= 1.0:
+            raise ValueError(f"need std >= 0 and 0 <= p <= 1, got std={std}, p={p}")
+        self.std = std
+        self.p = p
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        if not isinstance(image, torch.Tensor) or not image.is_floating_point():
+            raise TypeError(f"AddGaussianNoise needs a float tensor (after ToTensor), got "
+                            f"{type(image).__name__}")
+        if self.p < 1.0 and torch.rand(()) >= self.p:
+            return image
+        return image + torch.randn_like(image) * self.std
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(std={self.std}, p={self.p})"

@@ -1,0 +1,224 @@
+# %% [markdown]
+# # Chapter 2.2 — Transforms, augmentation and normalization
+# **Guide sections:** §2.2.2 数据增强与归一化
+# [Glossary / 术语表](../GLOSSARY.md)
+# ## What you will learn
+# - What the guide's `transforms.Compose([Resize, ToTensor, Normalize])` really does to the pixels, and two errors in its comments.
+# - The common augmentations (rotation, scale, crop, flip, colour jitter), seen on one image.
+# - Train and eval presets as small picklable classes, with the classic API and with `transforms.v2`.
+# - How to compute your dataset's per-channel mean and std in one streaming pass, and how it compares with the ImageNet constants the guide uses.
+
+# %% [markdown]
+# ## Setup
+# Imports (standard library, third party, then `common`), the seed and the device.
+
+# %%
+import pandas as pd
+import torch
+from torch.utils.data import DataLoader
+from torchvision import transforms
+from torchvision.transforms import v2
+
+from common import (
+    CLASSES,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ClassicEvalPreset,
+    ClassicTrainPreset,
+    CustomImageDataset,
+    V2EvalPreset,
+    V2TrainPreset,
+    channel_stats,
+    describe_device,
+    ensure_data,
+    get_device,
+    plot_channel_histograms,
+    seed_everything,
+    show_images,
+)
+
+generator = seed_everything(0)
+device = get_device()
+data = ensure_data()
+print("device:", describe_device(device))
+
+# %% [markdown]
+# ## §2.2.2 数据增强与归一化 — the guide's code as written
+# ```python
+# from torchvision import transforms
+#
+# # 常用的图像变换操作
+# data_transforms = transforms.Compose([
+#     transforms.Resize((224, 224)),  # 调整图片大小
+#     transforms.ToTensor(),  # 将PIL Image或NumPy ndarray转换为Tensor，并进行归一化
+#     transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+# ])
+# ```
+# It runs as written (this section does import `transforms`). We apply it step by step to one image of the
+# training set and look at the numbers after each step.
+
+# %%
+dataset = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"))
+image, label = dataset[0]
+data_transforms = transforms.Compose([
+    transforms.Resize((224, 224)),
+    transforms.ToTensor(),
+    transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+])
+resized = data_transforms.transforms[0](image)
+print(f"original {image.size} (w, h) -> Resize((224, 224)) -> {resized.size}")
+
+# %% [markdown]
+# `ToTensor` converts the uint8 HWC image to a float CHW tensor and divides by 255. That is all: the values
+# land in [0, 1], with whatever mean and spread the image had.
+
+# %%
+as_tensor = transforms.ToTensor()(resized)
+normalized = data_transforms(image)
+rows = {"after ToTensor": as_tensor, "after Normalize": normalized}
+pd.DataFrame({name: {"dtype": str(t.dtype), "min": f"{t.min():.3f}", "max": f"{t.max():.3f}",
+                     "mean": f"{t.mean():.3f}", "std": f"{t.std():.3f}"} for name, t in rows.items()})
+
+# %% [markdown]
+# ### Errata for §2.2.2
+# | # | Guide | Problem | Fix |
+# |---|---|---|---|
+# | 1 | `ToTensor()` comment: "转换为Tensor，并进行归一化" (converts *and normalizes*) | `ToTensor` only rescales uint8 to [0, 1] (and HWC → CHW); normalization is `Normalize`'s job (table above) | read it as "converts and scales to [0, 1]" |
+# | 2 | `Resize((224, 224))` "调整图片大小" | a `(h, w)` tuple forces that size and distorts the aspect ratio (a 2:1 image is squashed); `Resize(224)` scales the shorter side and keeps it | `Resize(256)` + `CenterCrop(224)` for evaluation, `RandomResizedCrop(224)` for training — or squash on purpose, knowing it |
+# | 3 | "Normalize … 归一化到指定的均值和标准差" | `Normalize` computes `(x - mean) / std`; the output has mean 0 and std 1 only if `mean`/`std` *are* the data's statistics | compute the statistics of your training set (below) or use ImageNet's when fine-tuning an ImageNet model |
+# | 4 | the section is about augmentation, but no transform is random; §2.2.1 trains with `Resize(256)+CenterCrop(224)` | the model sees the same pixels every epoch: no augmentation at all | random transforms in the *training* pipeline only (gallery and presets below) |
+#
+# Erratum 1, checked: `ToTensor` is exactly division by 255.
+
+# %%
+pixels = torch.as_tensor(list(resized.getdata()), dtype=torch.float32).T.reshape(3, 224, 224)
+assert torch.allclose(as_tensor, pixels / 255)
+assert as_tensor.min() >= 0 and as_tensor.max() <= 1 and abs(as_tensor.mean() - 0.5) > 0.01
+print("ToTensor(x) == x / 255: True")
+
+# %% [markdown]
+# ## §2.2.2 数据增强与归一化 — augmentations on the same image
+# The guide names rotation, scaling, cropping and flipping; colour jitter is the usual fifth. Each row applies
+# one random transform six times to the same image, so you see its range. For shapes, all of these keep the
+# label: a rotated or recoloured triangle is still a triangle. (A flipped "6" would not be a "6": choose
+# augmentations that preserve *your* labels.)
+
+# %%
+thumb = transforms.Resize(96)(image)
+augmentations = {
+    "rotation ±45°": transforms.RandomRotation(45),
+    "scale 0.6-1.4": transforms.RandomAffine(0, scale=(0.6, 1.4)),
+    "random crop": transforms.RandomCrop(72),
+    "flip": transforms.Compose([transforms.RandomHorizontalFlip(), transforms.RandomVerticalFlip()]),
+    "colour jitter": transforms.ColorJitter(0.5, 0.5, 0.5, 0.1),
+    "ClassicTrainPreset": transforms.Compose([ClassicTrainPreset(crop_size=96), transforms.ToPILImage()]),
+}
+gallery, titles = [], []
+for name, augment in augmentations.items():
+    for i in range(6):
+        gallery.append(augment(thumb))
+        titles.append(name if i == 0 else "")
+len(gallery)
+
+# %% [markdown]
+# The preset row shows normalized tensors converted back to images, hence the odd colours: the network
+# sees them that way too.
+
+# %%
+fig = show_images(gallery, titles, ncols=6, size=1.4, suptitle=f"one {CLASSES[label]} image, augmented")
+
+# %% [markdown]
+# ## §2.2.2 数据增强与归一化 — presets: classic and `transforms.v2`
+# `common.transforms` wraps the two pipelines every project needs as small classes with keyword-only
+# arguments (picklable, so DataLoader workers can receive them). The training preset is random; the
+# evaluation preset is the guide's `Resize + CenterCrop + ToTensor + Normalize`.
+
+# %%
+train_preset, eval_preset = ClassicTrainPreset(crop_size=64), ClassicEvalPreset(resize_size=72, crop_size=64)
+print(train_preset)
+print(eval_preset)
+
+# %% [markdown]
+# The `transforms.v2` versions accept PIL images and uint8 tensors alike and do the geometry on uint8, which
+# is faster. On the same input the eval presets agree up to resampling differences.
+
+# %%
+v2_eval = V2EvalPreset(resize_size=72, crop_size=64)
+classic_out, v2_out = eval_preset(image), v2_eval(image)
+difference = (classic_out - v2_out).abs()
+print(f"shape {tuple(v2_out.shape)}; mean |classic - v2| = {difference.mean():.4f}, "
+      f"max = {difference.max():.3f}")
+assert classic_out.shape == v2_out.shape == (3, 64, 64) and difference.mean() < 0.05
+
+# %% [markdown]
+# The v2 training preset also works straight on a uint8 tensor, e.g. what `torchvision.io.decode_jpeg` returns.
+
+# %%
+uint8_image = v2.PILToTensor()(image)
+out = V2TrainPreset(crop_size=64)(uint8_image)
+print(uint8_image.dtype, tuple(uint8_image.shape), "->", out.dtype, tuple(out.shape))
+assert out.dtype == torch.float32 and out.shape == (3, 64, 64)
+
+# %% [markdown]
+# ## §2.2.2 数据增强与归一化 — your dataset's statistics
+# The guide notes that `Normalize`'s mean and std "are usually set from statistics of the whole dataset",
+# then uses ImageNet's. `common.channel_stats` computes ours in one streaming pass over a `DataLoader`:
+# it folds each batch into running (count, mean, sum of squared deviations) in float64, so it never holds
+# the dataset in memory and is numerically stable (the tests check it against NumPy). Statistics come from
+# the *training* split only.
+
+# %%
+stats_transform = transforms.Compose([transforms.Resize((64, 64)), transforms.ToTensor()])
+stats_set = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"), stats_transform)
+stats = channel_stats(DataLoader(stats_set, batch_size=64, num_workers=2), progress=True)
+comparison = pd.DataFrame({"shapes mean": stats.mean, "ImageNet mean": IMAGENET_MEAN,
+                           "shapes std": stats.std, "ImageNet std": IMAGENET_STD},
+                          index=["R", "G", "B"]).round(3)
+comparison
+
+# %% [markdown]
+# A quick cross-check on one batch: the streaming result equals a direct computation.
+
+# %%
+batch = next(iter(DataLoader(stats_set, batch_size=32)))[0]
+one = channel_stats([batch])
+direct_mean, direct_std = batch.mean(dim=(0, 2, 3)), batch.std(dim=(0, 2, 3), unbiased=False)
+print([round(m, 4) for m in one.mean], direct_mean.numpy().round(4))
+assert torch.allclose(torch.tensor(one.std, dtype=torch.float32), direct_std, atol=1e-5)
+
+# %% [markdown]
+# The effect of normalization, on the pixels of 64 training images: `ToTensor` output in [0, 1]; normalized
+# with ImageNet's constants; normalized with the dataset's own statistics.
+
+# %%
+images = torch.stack([stats_set[i][0] for i in range(64)])
+by_imagenet = transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)(images)
+by_dataset = transforms.Normalize(stats.mean, stats.std)(images)
+fig = plot_channel_histograms({"ToTensor: [0, 1]": images, "Normalize(ImageNet)": by_imagenet,
+                               "Normalize(dataset stats)": by_dataset})
+
+# %% [markdown]
+# With the dataset's own statistics every channel ends up centred at 0 with spread 1; with ImageNet's it is
+# close but not exactly. For training from scratch use your own statistics; when fine-tuning a network
+# pretrained on ImageNet, keep ImageNet's (the network learned on inputs normalized that way).
+
+# %%
+summary = pd.DataFrame({
+    "ImageNet: mean": by_imagenet.mean(dim=(0, 2, 3)), "ImageNet: std": by_imagenet.std(dim=(0, 2, 3)),
+    "dataset: mean": by_dataset.mean(dim=(0, 2, 3)), "dataset: std": by_dataset.std(dim=(0, 2, 3)),
+}, index=["R", "G", "B"]).round(3)
+assert (by_dataset.std(dim=(0, 2, 3)) - 1).abs().max() < 0.15
+summary
+
+# %% [markdown]
+# ## Summary
+# - `ToTensor` converts and scales to [0, 1]; `Normalize` computes `(x - mean) / std`. Neither makes data "normal" by itself.
+# - `Resize((h, w))` squashes, `Resize(n)` keeps the aspect ratio; evaluation is `Resize + CenterCrop`, training adds random crops, flips, rotations and colour jitter.
+# - Augment only the training pipeline, and only with transforms that preserve the label.
+# - `common.channel_stats` computes per-channel mean/std in one streaming pass; use your data's statistics when training from scratch, ImageNet's when fine-tuning.
+#
+# ## Exercises
+# 1. Compute the statistics at 32 and at 128 pixels. Do they change? Why barely?
+# 2. Add `transforms.RandomErasing()` to the gallery. Where in the pipeline must it go, and why?
+# 3. Compare the time per image of `ClassicTrainPreset` and `V2TrainPreset` on PIL input and on uint8 tensors.
+# 4. Which augmentation in the gallery would be wrong for handwritten digits? For street signs?

@@ -1,0 +1,374 @@
+# %% [markdown]
+# # Chapter 5 — Sharded, streaming datasets
+# **Guide sections:** beyond the guide (continues §2.1.2 数据管道在深度学习中的作用)
+# [Glossary / 术语表](../GLOSSARY.md)
+# ## What you will learn
+# - Why a map-style `Dataset` of millions of small files stops scaling, and what an iterable dataset over *shards* changes.
+# - The WebDataset shard format (`<key>.jpg` + `<key>.cls` in plain tar files) and a manifest with counts and checksums.
+# - How work is split by rank, then by DataLoader worker, so that every sample is seen exactly once.
+# - Why every rank must yield the same number of batches under DDP, and the pad/drop policies that guarantee it.
+# - How much a bounded shuffle buffer shuffles, measured; and training the Chapter 2 model from shards on 2 processes.
+
+# %% [markdown]
+# ## Setup
+# Imports (standard library, third party, then `common`), the seed and the device. WebDataset is an
+# optional dependency (`pip install -e .[shards]`); the section that uses it is skipped without it.
+
+# %%
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from common import (
+    CustomImageDataset,
+    ShardedImageDataset,
+    V2EvalPreset,
+    ensure_data,
+    get_device,
+    seed_everything,
+)
+from common.data import CustomDataset
+from common.shards import ShardError, ShardInfo, ensure_shards, read_manifest, worker_quotas
+from common.synthetic import default_data_root
+
+wds = importlib.import_module("webdataset") if importlib.util.find_spec("webdataset") else None
+generator = seed_everything(0)
+device = get_device()
+print("torch", torch.__version__, "| device:", device, "| webdataset:",
+      wds.__version__ if wds else "not installed")
+
+# %% [markdown]
+# ## Map-style vs iterable datasets at scale (beyond the guide; continues §2.1.2 数据管道在深度学习中的作用)
+# The guide promises that a good pipeline "supports larger datasets" (§2.1.2). The map-style
+# `CustomImageDataset` of Chapter 2 answers `dataset[i]` by opening file `i`: random access, one file
+# open (one request, on object storage) per sample. That is fine for 960 files on a local disk. With
+# 100 million files it is not: listing them takes hours, each small read pays a full request latency,
+# and file systems slow down with many small files. An **iterable** dataset instead *streams*: it
+# reads a few large files (shards) sequentially, and the `DataLoader` just takes what comes.
+#
+# Our training set, as files:
+
+# %%
+data = ensure_data()
+files = sorted(data.images_dir("train").iterdir())
+sizes = np.array([f.stat().st_size for f in files])
+print(f"{len(files)} files, {sizes.sum() / 1e6:.1f} MB, median {np.median(sizes) / 1e3:.1f} kB per file")
+
+# %% [markdown]
+# ## Writing shards (beyond the guide)
+# `data_scripts/make_shards.py` packs the CSV + images dataset into tar shards of a chosen number of
+# samples, in the WebDataset convention: sample `i` becomes members `0000000i.jpg` (the original bytes,
+# not re-encoded) and `0000000i.cls` (the label as text), side by side. The command line, run here on the
+# validation split into a temporary folder:
+
+# %%
+scratch = Path(tempfile.mkdtemp())
+cli = [sys.executable, "../data_scripts/make_shards.py", "--csv", str(data.labels_csv("val")),
+       "--images", str(data.images_dir("val")), "--out", str(scratch / "val"), "--shard-size", "64"]
+print(subprocess.run(cli, capture_output=True, text=True, check=True).stdout)
+
+# %% [markdown]
+# The notebook's own shards live in `data/shards/` (git-ignored). `ensure_shards` writes them from the
+# generated dataset if they are missing or fail their checksums, and otherwise leaves them alone:
+
+# %%
+SHARD_ROOT = default_data_root() / "shards"
+manifests = {}
+for split in ("train", "val"):
+    dataset = CustomImageDataset(data.labels_csv(split), data.images_dir(split))
+    samples = [(dataset.path(i), int(dataset.labels[i])) for i in range(len(dataset))]
+    manifests[split] = ensure_shards(samples, SHARD_ROOT / split, shard_size=64, classes=data.classes)
+manifest = json.loads(manifests["train"].read_text())
+pd.DataFrame(manifest["shards"]).assign(sha256=lambda f: f.sha256.str[:12]).head()
+
+# %% [markdown]
+# 960 samples in 15 shards of 64: a handful of sequential reads instead of 960 opens. What is inside a
+# shard: plain tar members with fixed metadata (mtime 0, uid 0, mode 644), so the same input always gives
+# byte-identical shards and the checksums in the manifest are reproducible.
+
+# %%
+with tarfile.open(SHARD_ROOT / "train" / manifest["shards"][0]["name"]) as tar:
+    members = tar.getmembers()
+assert {m.mtime for m in members} == {0} and len(members) == 2 * 64
+pd.DataFrame([(m.name, m.size, m.mtime, oct(m.mode)) for m in members[:6]],
+             columns=["member", "bytes", "mtime", "mode"])
+
+# %% [markdown]
+# What the two layouts cost to read once: the 960 files in a random order (as a shuffled map-style
+# dataset reads them) against the 15 shards front to back. On a local disk with a warm page cache the
+# times are close; what differs is the number of opens, and on network or object storage each open is a
+# request that costs milliseconds before the first byte arrives.
+
+# %%
+def read_all(paths: list[Path]) -> tuple[int, float]:
+    start = time.perf_counter()
+    total = sum(len(path.read_bytes()) for path in paths)
+    return total, time.perf_counter() - start
+
+shard_paths = [shard.path for shard in read_manifest(manifests["train"])]
+random_files = [files[i] for i in np.random.default_rng(0).permutation(len(files))]
+reads = pd.DataFrame([("960 files, random order", len(random_files), *read_all(random_files)),
+                      ("15 shards, sequential", len(shard_paths), *read_all(shard_paths))],
+                     columns=["layout", "opens", "bytes", "seconds"])
+reads.assign(MB=reads.bytes / 1e6).drop(columns="bytes").round(3)
+
+# %% [markdown]
+# ## Reading shards: the same samples, the same transforms (beyond the guide)
+# `ShardedImageDataset` is an `IterableDataset`: no `__getitem__`, only `__iter__`. It takes the same
+# transform presets as the map-style datasets and yields the same `(image, label)` pairs. Without
+# shuffling it yields the samples in CSV order, so we can compare tensor for tensor:
+
+# %%
+preset = V2EvalPreset(resize_size=64, crop_size=64)
+mapped = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"), transform=preset)
+streamed = ShardedImageDataset(manifests["train"], preset, shuffle=False, equalize="none")
+image, label = next(iter(streamed))
+assert torch.equal(image, mapped[0][0]) and label == mapped[0][1]
+print(image.shape, label)
+
+# %% [markdown]
+# ## Who reads which shard (beyond the guide)
+# With DDP every rank runs its own copy of the dataset, and each rank's `DataLoader` starts
+# `num_workers` copies more. Without care, all of them read the same shards and every sample is seen
+# `world_size × num_workers` times. `ShardedImageDataset` deals the shards out like cards: first by rank
+# (`order[rank::world_size]`), then by worker within the rank (`[worker::num_workers]`). The order itself
+# is a permutation seeded by `(seed, epoch)`, the same on every rank. The plan for 2 ranks × 2 workers:
+
+# %%
+train_set = ShardedImageDataset(manifests["train"], seed=0, rank=0, world_size=2, equalize="none")
+plan = train_set.plan(num_workers=2, epoch=0)
+plan[["rank", "worker", "shards", "samples"]]
+
+# %% [markdown]
+# The same as a picture, for two epochs: each column is a shard, each row a consumer `(rank, worker)`;
+# one dark cell per column means each shard is read by exactly one consumer, and the assignment changes
+# from epoch to epoch (so each rank sees different data every epoch).
+
+# %%
+index_of = {shard["name"]: i for i, shard in enumerate(manifest["shards"])}
+fig, axes = plt.subplots(1, 2, figsize=(11, 2.4))
+for epoch, ax in enumerate(axes):
+    table = train_set.plan(num_workers=2, epoch=epoch)
+    grid = np.zeros((len(table), len(manifest["shards"])))
+    for row, names in enumerate(table.shards):
+        grid[row, [index_of[name] for name in names]] = 1
+    ax.imshow(grid, cmap="Greys", aspect="auto")
+    ax.set(title=f"epoch {epoch}", xlabel="shard", yticks=range(len(table)),
+           yticklabels=[f"rank {r} worker {w}" for r, w in zip(table["rank"], table.worker, strict=True)])
+plt.tight_layout()
+
+# %% [markdown]
+# The claim, checked: gather the keys every consumer yields (without decoding the images) and count.
+
+# %%
+seen = Counter()
+for rank in range(2):
+    consumer = ShardedImageDataset(manifests["train"], rank=rank, world_size=2, equalize="none")
+    for worker in range(2):
+        seen.update(r.key for r in consumer.records(worker=worker, num_workers=2))
+assert len(seen) == 960 and set(seen.values()) == {1}
+print(f"{len(seen)} distinct samples, each seen {set(seen.values())} time(s)")
+
+# %% [markdown]
+# ## Equal batches on every rank (beyond the guide)
+# 15 shards do not split evenly over 2 ranks: one rank gets 8 shards (512 samples), the other 7 (448).
+# Under DDP each backward pass is a collective all-reduce that *every* rank must join. The rank with
+# fewer batches finishes its epoch and moves on, while the other waits inside its next all-reduce for a
+# partner that never comes: the job hangs (or fails after a long timeout). `DistributedSampler` avoids
+# this for map-style datasets by padding; a streaming dataset must do the same from the manifest counts,
+# *before* reading anything. Two documented policies, both giving worker `w` the same quota on every rank:
+#
+# - `equalize="pad"` (default for training): quota = the largest count; shorter consumers repeat their first few samples.
+# - `equalize="drop"`: quota = the smallest count; longer consumers stop early (different samples each epoch).
+# - `equalize="none"`: raw counts, every sample exactly once: for evaluation, or one process.
+
+# %%
+rows = []
+for policy in ("none", "pad", "drop"):
+    for rank in range(2):
+        ds = ShardedImageDataset(manifests["train"], rank=rank, world_size=2, equalize=policy)
+        table = ds.plan(num_workers=2, epoch=0)
+        mine = table[table["rank"] == rank]
+        rows.append({"policy": policy, "rank": rank, "samples": int(mine.yields.sum()),
+                     "batches of 32": int(np.ceil(mine.yields / 32).sum()),
+                     "padded": int(mine.padded.sum()), "dropped": int(mine.dropped.sum())})
+counts = pd.DataFrame(rows)
+assert counts[counts.policy != "none"].groupby("policy")["batches of 32"].nunique().eq(1).all()
+counts
+
+# %% [markdown]
+# Because quotas are equal *per worker*, the batch counts match for any `batch_size`, with or without
+# `drop_last`: each worker batches its own stream. The rule in one line (`worker_quotas`), on counts
+# `[rank, worker]`:
+
+# %%
+print(worker_quotas(np.array([[260, 252], [192, 256]]), "pad").tolist(),
+      worker_quotas(np.array([[260, 252], [192, 256]]), "drop").tolist())
+
+# %% [markdown]
+# ## Shuffling quality vs buffer size (beyond the guide)
+# A streaming dataset cannot draw a random index; it shuffles in two cheap stages instead: a random
+# *shard order*, then a *shuffle buffer* of `buffer_size` samples from which it emits a random one and
+# refills the gap. How well does that mix? The hard case is real and common: data written in class order,
+# as `ImageFolder` lists it (all circles, then all squares, ...). We shard the `imagefolder` copy of the
+# training set in that order:
+
+# %%
+by_class = CustomDataset.from_folder(data.imagefolder_dir("train"))
+sorted_manifest = ensure_shards(by_class.samples, SHARD_ROOT / "train_by_class", shard_size=64)
+print([by_class.samples[i][1] for i in range(0, 960, 64)], "<- label at the start of each shard")
+
+# %% [markdown]
+# The measure: the mean number of distinct classes in a batch of 32 (a fully random order gives about
+# 5.9 of 6; an unshuffled class-sorted stream gives about 1). We read only keys and labels (no decoding),
+# for several buffer sizes, and average over 3 epochs.
+
+# %%
+def classes_per_batch(labels: list[int], batch_size: int = 32) -> float:
+    return float(np.mean([len(set(labels[i:i + batch_size])) for i in range(0, len(labels), batch_size)]))
+
+buffer_sizes = [0, 8, 32, 128, 512]
+quality = {}
+for buffer_size in tqdm(buffer_sizes, desc="buffer sizes"):
+    ds = ShardedImageDataset(sorted_manifest, buffer_size=buffer_size, equalize="none", verify=False)
+    scores = []
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        scores.append(classes_per_batch([r.label for r in ds.records()]))
+    quality[buffer_size] = float(np.mean(scores))
+ideal = classes_per_batch(np.random.default_rng(0).permutation([s[1] for s in by_class.samples]).tolist())
+pd.Series(quality, name="classes per batch of 32").to_frame().T
+
+# %% [markdown]
+# A plot tells it faster (buffer 0 is drawn at 1 on the log axis): shard shuffling alone barely helps when each shard holds one
+# class; the buffer must span a few shards (here 128 samples = 2 shards) before batches look random.
+# Rule of thumb: make the buffer several shards' worth, or (better) write shards from shuffled data.
+
+# %%
+fig, ax = plt.subplots(figsize=(5, 3))
+ax.plot([max(b, 1) for b in buffer_sizes], list(quality.values()), marker="o", label="shard order + buffer")
+ax.axhline(ideal, color="grey", linestyle="--", label="full random permutation")
+ax.set(xscale="log", xlabel="shuffle buffer size (samples, log)", ylabel="distinct classes / batch",
+       title="Class-sorted shards of 64")
+assert quality[512] > 2 * quality[0]
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# ## Training the Chapter 2 model from shards with DDP (beyond the guide)
+# `common/shard_train.py` trains `SmallCNN` with the Chapter 2 `V2TrainPreset` from the shards on every
+# rank, with `equalize="pad"`, and prints the batches each rank ran. Multi-process work is launched as a
+# subprocess, exactly as on a real machine:
+#
+#     torchrun --standalone --nproc_per_node=2 -m common.shard_train --shards data/shards/train --val-shards data/shards/val
+#
+# Three short epochs on 32-pixel images without augmentation (Chapter 1's setting), 16 steps each: this
+# run shows the mechanics (equal batch counts on uneven shards, no hang) and a loss that starts to fall
+# below chance level (ln 6 ≈ 1.79), not a converged model; `--num-epochs 15` gets much further.
+
+# %%
+run_file = scratch / "shard_run.json"
+command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "common.shard_train", "--shards", str(SHARD_ROOT / "train"), "--val-shards",
+           str(SHARD_ROOT / "val"), "--num-epochs", "3", "--image-size", "32", "--no-augment",
+           "--out", str(run_file)]
+start = time.perf_counter()
+done = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                      env={**os.environ, "OMP_NUM_THREADS": "1"})
+print(done.stdout, f"[{time.perf_counter() - start:.0f} s, exit code {done.returncode}]")
+assert done.returncode == 0, done.stderr[-2000:]
+
+# %% [markdown]
+# The JSON rank 0 wrote: per epoch, the batches and samples of every rank. 960 samples split 512/448
+# became 512/512 by padding; both ranks ran the same number of steps.
+
+# %%
+epochs = pd.DataFrame(json.loads(run_file.read_text())["epochs"])
+assert all(b[0] == b[1] for b in epochs.batches_per_rank)
+epochs[["epoch", "batches_per_rank", "samples_per_rank", "train_loss", "val_acc"]]
+
+# %% [markdown]
+# ## The same shards with WebDataset (beyond the guide)
+# Our shards are ordinary WebDataset shards, so the `webdataset` library reads them as they are:
+# `WebDataset(urls)` streams the tars, `.decode("pil")` decodes `.jpg` to PIL and `.cls` to `int`. We
+# compare the decoded pixels of the validation set with ours (as a multiset of pixel hashes).
+
+# %%
+def pixel_key(image, label) -> tuple[int, int]:
+    return hash(np.asarray(image.convert("RGB")).tobytes()), int(label)
+
+ours = Counter(pixel_key(*pair) for pair in ShardedImageDataset(manifests["val"], shuffle=False, equalize="none"))
+if wds is not None:
+    urls = [str(shard.path) for shard in read_manifest(manifests["val"])]
+    theirs = Counter(pixel_key(*pair) for pair in
+                     wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("jpg", "cls"))
+    assert theirs == ours
+print(f"{sum(ours.values())} samples;", "identical in webdataset" if wds else "webdataset not installed")
+
+# %% [markdown]
+# In training code, `webdataset` adds `split_by_node`/`split_by_worker`, `.shuffle(n)` and resampling;
+# what it leaves to you is exactly what this chapter built: equal batches per rank (`with_epoch`,
+# `with_length`), and checksums.
+#
+# ## Reading shards safely (beyond the guide)
+# A shard is input from elsewhere. `ShardedImageDataset` never extracts to disk, and still refuses a
+# member named with `..` or an absolute path, links, folders and devices, a short or cut-off tar, and a
+# shard whose sha256 disagrees with the manifest, each with an error that names the shard and member.
+# A crafted shard with a `../` member:
+
+# %%
+evil = scratch / "evil.tar"
+with tarfile.open(evil, "w") as tar:
+    for name, payload in (("../escape.jpg", b"x"), ("../escape.cls", b"0")):
+        info = tarfile.TarInfo(name)
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+try:
+    list(ShardedImageDataset([ShardInfo(evil, 1)]))
+except ShardError as error:
+    print(error)
+
+# %% [markdown]
+# And one flipped byte in a copy of a real shard: the manifest's checksum catches it before training starts.
+
+# %%
+copy = scratch / "copy"
+copy.mkdir()
+for path in (SHARD_ROOT / "val").iterdir():
+    (copy / path.name).write_bytes(path.read_bytes())
+first = copy / "shard-000000.tar"
+corrupted = bytearray(first.read_bytes())
+corrupted[5000] ^= 1  # one bit, inside the first image
+first.write_bytes(bytes(corrupted))
+try:
+    ShardedImageDataset(copy)
+except ShardError as error:
+    print(error)
+
+# %% [markdown]
+# ## Summary
+# - A map-style dataset opens one file per sample; at scale, stream few large **shards** sequentially with an `IterableDataset`.
+# - Shards here are plain tars in the WebDataset convention plus a manifest of counts and sha256, written deterministically by `data_scripts/make_shards.py`.
+# - Split shards by rank, then by worker: every sample exactly once across `world_size × num_workers` consumers.
+# - Under DDP every rank needs the same number of batches: pad or drop to equal per-worker quotas computed from the manifest.
+# - A shuffle buffer only mixes within its span: make it several shards long, or shuffle before sharding.
+#
+# ## Exercises
+# 1. With the 15 training shards on 2 ranks, call `plan(num_workers=8)`. Why does `equalize="pad"` refuse, and what does `"drop"` do instead? How many shards would you write for 8 GPUs with 4 workers each?
+# 2. Re-run the shuffle measurement with shards written in CSV (random) order. How large must the buffer be now?
+# 3. Add a `--persistent-workers` flag to `common/shard_train.py` and show that `set_epoch` no longer changes the order. Why?
+# 4. Train from `webdataset` with `wds.split_by_node`, `wds.split_by_worker` and `.with_epoch(n)`: what plays the role of `equalize` there?

@@ -1,0 +1,288 @@
+# %% [markdown]
+# # Chapter 4 exercises — Distributed training with DDP
+# **Guide sections:** beyond the guide (continues §2.1.2 数据管道在深度学习中的作用)
+# [Glossary / 术语表](../../GLOSSARY.md)
+# ## What you will learn
+# - How `DistributedSampler` splits a dataset across ranks, and why `set_epoch` matters.
+# - What DDP's all-reduce does to gradients, simulated in one process.
+# - Snapshots that are written atomically and resume a run exactly.
+# - Gradient accumulation that equals the full-batch step, even with an uneven last micro-batch.
+#
+# Five exercises, 10 points, from warm-up to challenging. They accompany the DDP chapter (04). Everything
+# here runs in this one process: the functions are the pieces a `torchrun` script is made of.
+
+# %% [markdown]
+# ## How these exercises work (beyond the guide)
+# Write your code in the cells that say `# YOUR CODE HERE` (replace the `raise NotImplementedError()`
+# or the `...`), run that cell, then run the check cell below it. A check cell prints
+# "not yet done" until you have answered, and fails with a message when something is wrong.
+# When your work is graded, each check cell runs again together with hidden checks, and only the
+# answer cells of your notebook are used: keep all of an exercise's code in its answer cell.
+
+# %%
+import copy
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import DistributedSampler
+
+from common import get_device, seed_everything
+from common.assignments import checks
+
+seed_everything(0)
+device = get_device()
+workdir = Path(tempfile.mkdtemp(prefix="ex04-"))
+print(f"device {device}; working folder {workdir}")
+
+# %% [markdown]
+# ## Exercise 1 — Splitting indices across ranks (beyond the guide) · 1 point
+# Write `shard_indices(n, *, rank, world_size)` without using `DistributedSampler`: the indices rank
+# `rank` reads from a dataset of `n` samples when nothing is shuffled. Every rank must get the same
+# number of indices, so the list `0 .. n-1` is first padded by repeating it from its beginning
+# (as often as needed) up to a multiple of `world_size`; rank `r` then takes every `world_size`-th index starting at `r`.
+
+# %% nbgrader={"grade": false, "grade_id": "ex1-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def shard_indices(n: int, *, rank: int, world_size: int) -> list[int]:
+    ### BEGIN SOLUTION
+    padding = -(-n // world_size) * world_size - n
+    indices = list(range(n))
+    indices += (indices * (padding // n + 1))[:padding]  # may repeat the list more than once
+    return indices[rank::world_size]
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex1-tests", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+with checks("Exercise 1"):
+    got = [shard_indices(10, rank=r, world_size=4) for r in range(4)]
+    want = [list(DistributedSampler(range(10), num_replicas=4, rank=r, shuffle=False)) for r in range(4)]
+    assert got == want, f"expected {want}, got {got}"
+### BEGIN HIDDEN TESTS
+for n, world_size in ((1, 3), (7, 2), (12, 3), (5, 5)):
+    for rank in range(world_size):
+        want = list(DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=False))
+        assert shard_indices(n, rank=rank, world_size=world_size) == want, \
+            f"n={n}, world_size={world_size}, rank={rank}: expected {want}"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 2 — A new order every epoch (beyond the guide) · 2 points
+# Write `epoch_order(n, *, rank, world_size, seed, epoch)`: the indices rank `rank` visits in epoch
+# `epoch` with a shuffling `DistributedSampler(..., shuffle=True, seed=seed)`. Use the sampler, and do
+# what a training loop must do at the start of every epoch so that the order changes between epochs.
+
+# %% nbgrader={"grade": false, "grade_id": "ex2-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def epoch_order(n: int, *, rank: int, world_size: int, seed: int, epoch: int) -> list[int]:
+    ### BEGIN SOLUTION
+    sampler = DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex2-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+with checks("Exercise 2"):
+    first = epoch_order(12, rank=0, world_size=2, seed=7, epoch=0)
+    second = epoch_order(12, rank=0, world_size=2, seed=7, epoch=1)
+    assert len(first) == 6, f"each of 2 ranks visits 6 of 12 samples, got {len(first)}"
+    assert first != second, "epochs 0 and 1 gave the same order: call sampler.set_epoch(epoch)"
+### BEGIN HIDDEN TESTS
+for epoch in (0, 3):
+    ranks = [epoch_order(12, rank=r, world_size=3, seed=1, epoch=epoch) for r in range(3)]
+    assert sorted(i for order in ranks for i in order) == list(range(12)), "ranks must cover every index once"
+    assert ranks[0] == epoch_order(12, rank=0, world_size=3, seed=1, epoch=epoch), "same epoch, same order"
+assert epoch_order(12, rank=0, world_size=3, seed=1, epoch=2) != \
+    epoch_order(12, rank=0, world_size=3, seed=2, epoch=2), "the seed must matter"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 3 — What the all-reduce does (beyond the guide) · 2 points
+# In DDP every rank computes gradients on its own part of the batch, and an all-reduce replaces each
+# gradient by the mean over ranks. Simulate that in one process: write `average_gradients(replicas)`
+# for a list of identical models after `backward()`, setting every parameter's `.grad` in every
+# replica to the mean of that parameter's gradients over the replicas.
+
+# %% nbgrader={"grade": false, "grade_id": "ex3-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def average_gradients(replicas: list[nn.Module]) -> None:
+    ### BEGIN SOLUTION
+    for params in zip(*(model.parameters() for model in replicas), strict=True):
+        mean = torch.stack([p.grad for p in params]).mean(dim=0)
+        for p in params:
+            p.grad = mean.clone()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex3-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+def replicas_after_backward(model, images, labels, world_size):
+    """One copy of `model` per rank, each after backward on its equal share of the batch."""
+    replicas = [copy.deepcopy(model) for _ in range(world_size)]
+    for rank, replica in enumerate(replicas):
+        part = slice(rank * len(images) // world_size, (rank + 1) * len(images) // world_size)
+        nn.functional.cross_entropy(replica(images[part]), labels[part]).backward()
+    return replicas
+
+
+with checks("Exercise 3"):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    images, labels = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    replicas = replicas_after_backward(model, images, labels, world_size=2)
+    average_gradients(replicas)
+    nn.functional.cross_entropy(model(images), labels).backward()
+    for p, q in zip(model.parameters(), replicas[0].parameters(), strict=True):
+        assert torch.allclose(p.grad, q.grad, atol=1e-6), \
+            "after averaging, each replica holds the full-batch gradient"
+### BEGIN HIDDEN TESTS
+model.zero_grad()
+replicas = replicas_after_backward(model, images[:6], labels[:6], world_size=3)
+average_gradients(replicas)
+nn.functional.cross_entropy(model(images[:6]), labels[:6]).backward()
+for p, *qs in zip(model.parameters(), *(r.parameters() for r in replicas), strict=True):
+    for q in qs:
+        assert torch.allclose(p.grad, q.grad, atol=1e-6), "every replica must hold the mean (3 ranks)"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 4 — Snapshots that resume exactly (beyond the guide) · 3 points
+# Write `save_snapshot(path, *, model, optimizer, epoch, step)` and
+# `load_snapshot(path, *, model, optimizer)`. Saving must be atomic: write to a temporary file in
+# the same folder, then `os.replace` it onto `path`, so that a crash (or an error) while saving never
+# damages the previous snapshot, and leave no temporary file behind, even when saving fails. Loading
+# uses `torch.load(..., weights_only=True)`, restores the model *and the optimizer* (momentum!), and
+# returns `(epoch, step)`; with no file at `path` it changes nothing and returns `(0, 0)`.
+
+# %% nbgrader={"grade": false, "grade_id": "ex4-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def save_snapshot(path, *, model, optimizer, epoch: int, step: int) -> None:
+    ### BEGIN SOLUTION
+    path = Path(path)
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "epoch": epoch, "step": step}
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            torch.save(state, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    ### END SOLUTION
+
+
+def load_snapshot(path, *, model, optimizer) -> tuple[int, int]:
+    ### BEGIN SOLUTION
+    if not Path(path).exists():
+        return 0, 0
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return int(state["epoch"]), int(state["step"])
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex4-tests", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+def make_run(seed):
+    torch.manual_seed(seed)
+    model = nn.Linear(3, 2)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def take_steps(model, optimizer, batches):
+    for images, labels in batches:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+
+
+with checks("Exercise 4"):
+    torch.manual_seed(1)
+    batches = [(torch.randn(4, 3), torch.randint(0, 2, (4,))) for _ in range(6)]
+    straight, straight_opt = make_run(0)
+    take_steps(straight, straight_opt, batches)
+    first, first_opt = make_run(0)
+    take_steps(first, first_opt, batches[:3])
+    snapshot = workdir / "snapshot.pt"
+    save_snapshot(snapshot, model=first, optimizer=first_opt, epoch=1, step=3)
+    resumed, resumed_opt = make_run(123)  # a fresh process after the crash
+    assert load_snapshot(snapshot, model=resumed, optimizer=resumed_opt) == (1, 3), "return (epoch, step)"
+    take_steps(resumed, resumed_opt, batches[3:])
+    for p, q in zip(straight.parameters(), resumed.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-6), "the resumed run differs: restore the optimizer too"
+### BEGIN HIDDEN TESTS
+fresh, fresh_opt = make_run(5)
+before = [p.detach().clone() for p in fresh.parameters()]
+assert load_snapshot(workdir / "missing.pt", model=fresh, optimizer=fresh_opt) == (0, 0)
+assert all(torch.equal(p, b) for p, b in zip(fresh.parameters(), before, strict=True))
+
+
+class BrokenOptimizer:
+    def state_dict(self):
+        return {"not saveable": (i for i in range(3))}  # a generator: saving fails half-way
+
+
+try:
+    save_snapshot(snapshot, model=first, optimizer=BrokenOptimizer(), epoch=9, step=9)
+except Exception:  # noqa: BLE001 - any error is fine, as long as the old snapshot survives
+    pass
+check, check_opt = make_run(6)
+assert load_snapshot(snapshot, model=check, optimizer=check_opt) == (1, 3), \
+    "a failed save damaged the previous snapshot: write a temporary file, then os.replace"
+assert sorted(p.name for p in workdir.iterdir() if "missing" not in p.name) == ["snapshot.pt"], \
+    f"temporary files were left behind: {sorted(p.name for p in workdir.iterdir())}"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 5 — Gradient accumulation that equals the big batch (beyond the guide) · 2 points
+# Write `accumulated_step(model, optimizer, images, labels, *, micro_batch)`: zero the gradients,
+# run the batch in micro-batches of `micro_batch` samples (the last one may be smaller), call
+# `backward()` once per micro-batch, then take a single `optimizer.step()`. The result must equal one
+# step on the whole batch with the mean cross-entropy loss, so weight each micro-batch's loss by its
+# share of the samples (dividing by the number of micro-batches is only right when all are equal).
+
+# %% nbgrader={"grade": false, "grade_id": "ex5-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def accumulated_step(model, optimizer, images, labels, *, micro_batch: int) -> None:
+    ### BEGIN SOLUTION
+    optimizer.zero_grad()
+    for start in range(0, len(images), micro_batch):
+        chunk = slice(start, start + micro_batch)
+        loss = nn.functional.cross_entropy(model(images[chunk]), labels[chunk], reduction="sum")
+        (loss / len(images)).backward()
+    optimizer.step()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex5-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+def compare_with_full_batch(n, micro_batch):
+    torch.manual_seed(2)
+    images, labels = torch.randn(n, 5), torch.randint(0, 3, (n,))
+    big = nn.Linear(5, 3)
+    small = copy.deepcopy(big)
+    big_opt = torch.optim.SGD(big.parameters(), lr=0.5)
+    small_opt = torch.optim.SGD(small.parameters(), lr=0.5)
+    big_opt.zero_grad()
+    nn.functional.cross_entropy(big(images), labels).backward()
+    big_opt.step()
+    accumulated_step(small, small_opt, images, labels, micro_batch=micro_batch)
+    return all(torch.allclose(p, q, atol=1e-6) for p, q in zip(big.parameters(), small.parameters(), strict=True))
+
+
+with checks("Exercise 5"):
+    assert compare_with_full_batch(8, 4), "two equal micro-batches must give the full-batch step"
+### BEGIN HIDDEN TESTS
+assert compare_with_full_batch(10, 4), "micro-batches of 4, 4 and 2 must give the full-batch step"
+assert compare_with_full_batch(5, 1), "five micro-batches of one must give the full-batch step"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Summary
+# - `DistributedSampler` pads to equal shares; `set_epoch(epoch)` gives each epoch a new order.
+# - DDP's all-reduce turns per-rank gradients into their mean: the same as one big batch.
+# - Atomic snapshots: temporary file in the same folder, `fsync`, `os.replace`; restore the optimizer too.
+# - Accumulation weights each micro-batch by its share of the samples.
+#
+# ## Exercises
+# Further practice, not graded: put these pieces into a `torchrun` script with two CPU processes
+# (`gloo`) and check that its weights match a one-process run (see `common.ddp_train`).

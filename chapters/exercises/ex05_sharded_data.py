@@ -1,0 +1,277 @@
+# %% [markdown]
+# # Chapter 5 exercises — Sharded, streaming datasets
+# **Guide sections:** beyond the guide (continues §2.1.2 数据管道在深度学习中的作用)
+# [Glossary / 术语表](../../GLOSSARY.md)
+# ## What you will learn
+# - Splitting shards across ranks and DataLoader workers so that every shard is read exactly once.
+# - Writing tar shards in the WebDataset convention, byte for byte reproducibly.
+# - Reading shards safely: no path traversal, no links.
+# - A bounded shuffle buffer, and equal sample counts per rank so that DDP never waits forever.
+#
+# Five exercises, 10 points, from warm-up to challenging. They accompany the sharded-datasets chapter (05).
+
+# %% [markdown]
+# ## How these exercises work (beyond the guide)
+# Write your code in the cells that say `# YOUR CODE HERE` (replace the `raise NotImplementedError()`
+# or the `...`), run that cell, then run the check cell below it. A check cell prints
+# "not yet done" until you have answered, and fails with a message when something is wrong.
+# When your work is graded, each check cell runs again together with hidden checks, and only the
+# answer cells of your notebook are used: keep all of an exercise's code in its answer cell.
+
+# %%
+import io
+import tarfile
+import tempfile
+from pathlib import Path
+
+import torch
+
+from common import get_device, seed_everything
+from common.assignments import checks
+
+seed_everything(0)
+device = get_device()
+workdir = Path(tempfile.mkdtemp(prefix="ex05-"))
+samples = [(f"img_{i:05d}", bytes([i % 256]) * (10 + i), i % 6) for i in range(23)]
+print(f"device {device}; {len(samples)} tiny samples (key, bytes, label); working folder {workdir}")
+
+# %% [markdown]
+# ## Exercise 1 — Every shard exactly once (beyond the guide) · 1 point
+# With `world_size` ranks and `num_workers` DataLoader workers per rank there are
+# `world_size * max(num_workers, 1)` consumers (`num_workers=0` means the main process reads, as one
+# worker with id 0). Write `shards_for(shards, *, rank, world_size, worker_id, num_workers)`: consumer
+# number `rank * max(num_workers, 1) + worker_id` takes every consumer-count-th shard starting at its
+# number, so that all consumers together read each shard exactly once.
+
+# %% nbgrader={"grade": false, "grade_id": "ex1-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def shards_for(shards: list, *, rank: int, world_size: int, worker_id: int, num_workers: int) -> list:
+    ### BEGIN SOLUTION
+    per_rank = max(num_workers, 1)
+    return list(shards[rank * per_rank + worker_id::world_size * per_rank])
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex1-tests", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+def all_consumers(shards, world_size, num_workers):
+    return [shards_for(shards, rank=r, world_size=world_size, worker_id=w, num_workers=num_workers)
+            for r in range(world_size) for w in range(max(num_workers, 1))]
+
+
+with checks("Exercise 1"):
+    shards = [f"shard-{i:05d}.tar" for i in range(7)]
+    parts = all_consumers(shards, world_size=2, num_workers=2)
+    assert sorted(s for part in parts for s in part) == shards, f"not exactly once: {parts}"
+    assert shards_for(shards, rank=1, world_size=2, worker_id=0, num_workers=2) == ["shard-00002.tar",
+                                                                                    "shard-00006.tar"]
+### BEGIN HIDDEN TESTS
+for world_size in (1, 2, 3):
+    for num_workers in (0, 1, 2):
+        parts = all_consumers(list(range(10)), world_size, num_workers)
+        assert sorted(i for part in parts for i in part) == list(range(10)), \
+            f"world_size={world_size}, num_workers={num_workers}: {parts}"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 2 — Writing shards (beyond the guide) · 2 points
+# Write `write_shards(samples, out_dir, *, samples_per_shard)` for `(key, jpeg_bytes, label)` samples:
+# shard `k` is `out_dir/shard-{k:05d}.tar`, holding, in order, `<key>.jpg` (the bytes) and `<key>.cls`
+# (the label as ASCII digits) for its samples. The same input must give byte-identical files, so set
+# every member's `mtime`, `uid`, `gid` to 0 and `mode` to `0o644`, and use the default `tarfile`
+# format. Return the shard paths in order.
+
+# %% nbgrader={"grade": false, "grade_id": "ex2-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def write_shards(samples, out_dir, *, samples_per_shard: int) -> list[Path]:
+    ### BEGIN SOLUTION
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k, start in enumerate(range(0, len(samples), samples_per_shard)):
+        path = out_dir / f"shard-{k:05d}.tar"
+        with tarfile.open(path, "w") as tar:
+            for key, data, label in samples[start:start + samples_per_shard]:
+                for name, payload in ((f"{key}.jpg", data), (f"{key}.cls", str(label).encode())):
+                    info = tarfile.TarInfo(name)
+                    info.size, info.mtime, info.uid, info.gid, info.mode = len(payload), 0, 0, 0, 0o644
+                    tar.addfile(info, io.BytesIO(payload))
+        paths.append(path)
+    return paths
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex2-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+with checks("Exercise 2"):
+    paths = write_shards(samples, workdir / "shards", samples_per_shard=10)
+    assert [p.name for p in paths] == ["shard-00000.tar", "shard-00001.tar", "shard-00002.tar"], paths
+    with tarfile.open(paths[0]) as tar:
+        names = tar.getnames()
+        assert names[:2] == ["img_00000.jpg", "img_00000.cls"] and len(names) == 20, names[:4]
+        assert tar.extractfile("img_00007.cls").read() == b"1", "the label as ASCII digits"
+        assert tar.extractfile("img_00007.jpg").read() == samples[7][1], "the image bytes"
+### BEGIN HIDDEN TESTS
+again = write_shards(samples, workdir / "shards-again", samples_per_shard=10)
+assert [p.read_bytes() for p in again] == [p.read_bytes() for p in paths], "output must be byte-identical"
+with tarfile.open(paths[2]) as tar:
+    assert len(tar.getnames()) == 6, "the last shard holds the 3 remaining samples"
+    assert all(m.mtime == 0 and m.uid == 0 and m.mode == 0o644 for m in tar.getmembers())
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 3 — Reading a shard safely (beyond the guide) · 2 points
+# Shards come from elsewhere: a member could be named `../../etc/passwd`, be absolute, or be a link.
+# Write `read_shard(path)` that yields `(key, jpeg_bytes, label)` for each `<key>.jpg` / `<key>.cls`
+# pair (in order), and raises `ValueError` naming the shard and the member for any member that is not
+# a regular file or whose name contains `/`, `\` or `..` or starts with `/`. Do not extract anything to
+# disk: read members with `extractfile`.
+
+# %% nbgrader={"grade": false, "grade_id": "ex3-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def read_shard(path):
+    ### BEGIN SOLUTION
+    pending = {}
+    with tarfile.open(path) as tar:
+        for member in tar:
+            name = member.name
+            if not member.isfile() or "/" in name or "\\" in name or ".." in name:
+                raise ValueError(f"{path}: unsafe member {name!r}")
+            key, _, extension = name.rpartition(".")
+            pending.setdefault(key, {})[extension] = tar.extractfile(member).read()
+            if {"jpg", "cls"} <= set(pending[key]):
+                parts = pending.pop(key)
+                yield key, parts["jpg"], int(parts["cls"].decode())
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex3-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+def shard_with(members, path):
+    """A tar file from (name, bytes or None for a symbolic link) pairs."""
+    with tarfile.open(path, "w") as tar:
+        for name, payload in members:
+            info = tarfile.TarInfo(name)
+            if payload is None:
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                tar.addfile(info)
+            else:
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    return path
+
+
+def refuses(path):
+    try:
+        list(read_shard(path))
+    except ValueError as error:
+        return str(path) in str(error)
+    return False
+
+
+with checks("Exercise 3"):
+    shard = write_shards(samples[:4], workdir / "small", samples_per_shard=4)[0]
+    assert list(read_shard(shard)) == [(k, d, y) for k, d, y in samples[:4]], "samples differ"
+    bad = shard_with([("../evil.jpg", b"x"), ("../evil.cls", b"0")], workdir / "traversal.tar")
+    assert refuses(bad), "a member named ../evil.jpg must raise ValueError naming the shard"
+### BEGIN HIDDEN TESTS
+assert refuses(shard_with([("a.jpg", None), ("a.cls", b"1")], workdir / "link.tar")), "links are refused"
+assert refuses(shard_with([("/abs.jpg", b"x")], workdir / "absolute.tar")), "absolute names are refused"
+assert refuses(shard_with([("dir/a.jpg", b"x")], workdir / "nested.tar")), "names with / are refused"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 4 — A bounded shuffle buffer (beyond the guide) · 3 points
+# A stream cannot be shuffled as a whole. Write the generator `shuffle_buffer(items, *, buffer_size,
+# generator)`: fill a buffer with the first `buffer_size` items; then, for every further item, pick a
+# random position `j` in the buffer (`torch.randint(len(buffer), (1,), generator=generator)`), yield
+# the item there and put the new item in its place; at the end, yield what is left in the buffer in a
+# random order (`torch.randperm(..., generator=generator)`). Never hold more than `buffer_size` items,
+# and read the input lazily (do not turn it into a list).
+
+# %% nbgrader={"grade": false, "grade_id": "ex4-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def shuffle_buffer(items, *, buffer_size: int, generator: torch.Generator):
+    ### BEGIN SOLUTION
+    buffer = []
+    for item in items:
+        if len(buffer) < buffer_size:
+            buffer.append(item)
+            continue
+        j = int(torch.randint(len(buffer), (1,), generator=generator))
+        yield buffer[j]
+        buffer[j] = item
+    for j in torch.randperm(len(buffer), generator=generator).tolist():
+        yield buffer[j]
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex4-tests", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+with checks("Exercise 4"):
+    out = list(shuffle_buffer(range(50), buffer_size=8, generator=torch.Generator().manual_seed(0)))
+    assert sorted(out) == list(range(50)), "every item exactly once"
+    assert out != list(range(50)), "the order should change"
+    again = list(shuffle_buffer(range(50), buffer_size=8, generator=torch.Generator().manual_seed(0)))
+    assert out == again, "the same seed must give the same order"
+### BEGIN HIDDEN TESTS
+class Counted:
+    """An iterator that records how far ahead of the consumer it has been read."""
+
+    def __init__(self, n):
+        self.n, self.read = n, 0
+
+    def __iter__(self):
+        for i in range(self.n):
+            self.read += 1
+            yield i
+
+
+source = Counted(100)
+stream = shuffle_buffer(source, buffer_size=5, generator=torch.Generator().manual_seed(1))
+for taken, _ in enumerate(stream, start=1):
+    assert source.read - taken <= 5, f"holding {source.read - taken} items, more than buffer_size=5"
+assert list(shuffle_buffer(range(6), buffer_size=1, generator=torch.Generator().manual_seed(2))) == \
+    list(range(6)), "a buffer of one cannot reorder anything"
+assert list(shuffle_buffer(range(3), buffer_size=10, generator=torch.Generator().manual_seed(3))) != [] and \
+    sorted(shuffle_buffer(range(3), buffer_size=10, generator=torch.Generator().manual_seed(3))) == [0, 1, 2]
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 5 — Equal shares, so that no rank waits forever (beyond the guide) · 2 points
+# Shards are rarely equal. If rank 0 has 9 samples and rank 1 has 3, rank 1 finishes early and rank 0
+# waits forever in its next all-reduce. Write `equal_share(counts, *, world_size)` for per-shard sample
+# counts, with shards assigned to ranks as `counts[rank::world_size]`: return
+# `(per_rank, dropped)`, the number of samples every rank takes (the smallest rank total) and how
+# many samples that leaves out in total. Raise `ValueError` if there are fewer shards than ranks.
+
+# %% nbgrader={"grade": false, "grade_id": "ex5-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def equal_share(counts: list[int], *, world_size: int) -> tuple[int, int]:
+    ### BEGIN SOLUTION
+    if len(counts) < world_size:
+        raise ValueError(f"{len(counts)} shards cannot feed {world_size} ranks")
+    totals = [sum(counts[rank::world_size]) for rank in range(world_size)]
+    per_rank = min(totals)
+    return per_rank, sum(totals) - per_rank * world_size
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex5-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+with checks("Exercise 5"):
+    assert equal_share([5, 3, 4], world_size=2) == (3, 6), equal_share([5, 3, 4], world_size=2)
+    assert equal_share([4, 4], world_size=2) == (4, 0), "equal shards drop nothing"
+### BEGIN HIDDEN TESTS
+assert equal_share([10, 1, 10, 2, 10, 3], world_size=3) == (11, 3), "three ranks: totals 12, 11, 13"
+assert equal_share([7], world_size=1) == (7, 0)
+try:
+    equal_share([3, 3], world_size=3)
+except ValueError:
+    pass
+else:
+    raise AssertionError("2 shards for 3 ranks must raise ValueError")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Summary
+# - Consumers are (rank, worker) pairs; striding shards over them reads each shard exactly once.
+# - Deterministic tar shards: fixed member order and metadata give byte-identical files.
+# - Read untrusted shards member by member, refusing links and path tricks, extracting nothing.
+# - A shuffle buffer trades memory for randomness; its order depends only on the seed.
+# - Equal per-rank sample counts (drop the excess) keep DDP's collectives in step.
+#
+# ## Exercises
+# Further practice, not graded: combine `shards_for`, `read_shard` and `shuffle_buffer` in an
+# `IterableDataset` that calls `torch.utils.data.get_worker_info()`, and check exactly-once coverage
+# with `num_workers=2`.

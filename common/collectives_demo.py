@@ -1,0 +1,109 @@
+"""The four collectives, and DDP's gradient averaging, run for real on N processes.
+
+    torchrun --standalone --nproc_per_node=2 -m common.collectives_demo
+    python -m common.collectives_demo          # one process: world_size 1, no process group
+
+Every rank computes; rank 0 prints what all ranks hold, in rank order (the ranks'
+lines are gathered first, so the output does not interleave).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from common.distributed import DistInfo, cleanup_distributed, gather_objects, setup_distributed
+
+
+def _show(info: DistInfo, title: str, line: str) -> None:
+    lines = gather_objects(line)
+    if info.is_main:
+        print(f"== {title}")
+        for rank, text in enumerate(lines):
+            print(f"  rank {rank}: {text}")
+        sys.stdout.flush()
+
+
+def demo_identity(info: DistInfo) -> None:
+    """Who each process is.
+
+    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    """
+    _show(info, "identity", f"local_rank={info.local_rank} world_size={info.world_size} "
+          f"backend={info.backend} device={info.device}")
+
+
+def demo_collectives(info: DistInfo) -> None:
+    """``all_reduce``, ``broadcast``, ``all_gather`` and ``barrier`` on small tensors.
+
+    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    """
+    value = torch.tensor([info.rank + 1.0], device=info.device)
+    _show(info, "all_reduce(SUM) of rank + 1", f"before={value.item():.0f}")
+    if info.initialized:
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    _show(info, "all_reduce(SUM) of rank + 1", f"after={value.item():.0f}")
+
+    message = torch.tensor([42.0, 7.0] if info.is_main else [0.0, 0.0], device=info.device)
+    if info.initialized:
+        dist.broadcast(message, src=0)
+    _show(info, "broadcast from rank 0", f"{message.tolist()}")
+
+    mine = torch.tensor([10.0 * info.rank, 10.0 * info.rank + 1], device=info.device)
+    everyone = [torch.zeros_like(mine) for _ in range(info.world_size)]
+    if info.initialized:
+        dist.all_gather(everyone, mine)
+    else:
+        everyone = [mine]
+    _show(info, "all_gather", f"{[t.tolist() for t in everyone]}")
+
+    started = time.perf_counter()
+    time.sleep(0.3 * info.rank)  # the last rank arrives late; everyone waits for it
+    if info.initialized:
+        dist.barrier()
+    waited = time.perf_counter() - started
+    late = 0.3 * (info.world_size - 1)
+    _show(info, "barrier", f"left the barrier after >= {late:.1f} s: {waited >= late - 0.05}")
+
+
+def demo_ddp_gradients(info: DistInfo) -> None:
+    """Each rank backpropagates its half of a batch; DDP's all-reduce averages the
+    gradients, so every rank ends with the gradient of the whole batch.
+
+    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    """
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1).to(info.device)
+    images = torch.randn(8, 4, device=info.device)
+    targets = torch.randn(8, 1, device=info.device)
+    full = nn.functional.mse_loss(model(images), targets)
+    expected = torch.autograd.grad(full, model.weight)[0]
+    ddp = nn.parallel.DistributedDataParallel(model) if info.initialized else model
+    shard = slice(info.rank, None, info.world_size)
+    nn.functional.mse_loss(ddp(images[shard]), targets[shard]).backward()
+    grad = model.weight.grad
+    _show(info, "DDP gradient of my half == gradient of the whole batch",
+          f"{torch.allclose(grad, expected, atol=1e-6)} (max diff {(grad - expected).abs().max():.1e})")
+
+
+def main() -> int:
+    """Run every demo on this rank.
+
+    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    """
+    info = setup_distributed()
+    try:
+        demo_identity(info)
+        demo_collectives(info)
+        demo_ddp_gradients(info)
+    finally:
+        cleanup_distributed()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

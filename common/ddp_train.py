@@ -1,0 +1,378 @@
+"""Train SmallCNN on the shapes data with DistributedDataParallel, on 1 to N processes.
+
+One process (CPU, or one GPU)::
+
+    python -m common.ddp_train --epochs 3 --batch-size 64 --log-file runs/ddp/log.jsonl
+
+Two processes on this machine (gloo on CPUs, NCCL on GPUs; --batch-size is the global batch)::
+
+    torchrun --standalone --nproc_per_node=2 -m common.ddp_train --epochs 3 --batch-size 64 \
+        --snapshot runs/ddp/snapshot.pt --save-final runs/ddp/model.pt --log-file runs/ddp/log.jsonl
+
+Several machines (run on each; see chapters/04_slurm_ddp_train.sbatch)::
+
+    torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 \
+        --rdzv-id=job42 -m common.ddp_train ...
+
+Add ``--max-restarts=1`` to torchrun and ``--snapshot PATH`` here, and a crashed worker
+group is restarted from the last snapshot; export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+first (see ``common.distributed.RESTART_SAFE_ENV``). This script's flags must not be
+prefixes of torchrun's own (``--log`` would be read as ``--log-dir``), hence
+``--log-file``. ``--tiny`` is the configuration the tests use; the settings are
+``common.ddp_config.TrainConfig``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from common.data import CustomImageDataset
+from common.ddp_config import TrainConfig, parse_config
+from common.device import seed_everything
+from common.distributed import (
+    AllReduceCounter,
+    DistInfo,
+    ResumableDistributedSampler,
+    ShardSampler,
+    all_reduce_sum,
+    cleanup_distributed,
+    counting_allreduce_hook,
+    restart_hazard,
+    setup_distributed,
+)
+from common.loaders import seed_worker
+from common.models import SmallCNN
+from common.run_log import RunLog, Timing
+from common.snapshot import (
+    Position,
+    SnapshotError,
+    atomic_save,
+    load_snapshot,
+    save_snapshot,
+    unwrap,
+)
+from common.synthetic import ShapesData, ensure_data
+from common.transforms import V2EvalPreset, V2TrainPreset
+
+
+def build_optimizer(config: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """AdamW (default) or SGD with momentum, as ``--optimizer`` says.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
+                               weight_decay=config.weight_decay)
+    return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+
+
+class SeededAugment(Dataset):
+    """Sample ``i`` of epoch ``e`` is transformed under its own seed ``(seed, e, i)``.
+
+    The augmentation of a sample then depends on neither the rank that loads it, nor the
+    DataLoader worker, nor the number of ranks, nor whether the run was resumed — which is
+    what makes 1-process and N-process runs, and resumed runs, comparable exactly.
+    The global torch RNG of the loading process is left as it was.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+
+    def __init__(self, dataset: Dataset, *, seed: int) -> None:
+        self.dataset, self.seed, self.epoch = dataset, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        sample_seed = np.random.SeedSequence([self.seed, self.epoch, index]).generate_state(1)[0]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(sample_seed))
+            return self.dataset[index]
+
+
+def _first(dataset: Dataset, count: int) -> Dataset:
+    return Subset(dataset, range(min(count, len(dataset)))) if count else dataset
+
+
+def build_loaders(config: TrainConfig, info: DistInfo, data: ShapesData):
+    """Training loader (resumable ``DistributedSampler``), exact-once validation loader.
+
+    Returns:
+        ``(train_loader, val_loader)``; ``train_loader.sampler`` and ``.dataset`` both
+        have ``set_epoch``.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    per_rank, rest = divmod(config.batch_size, info.world_size * config.grad_accum)
+    if rest or per_rank == 0:
+        raise ValueError(f"--batch-size {config.batch_size} must be a multiple of world_size "
+                         f"({info.world_size}) x --grad-accum ({config.grad_accum})")
+    size = config.image_size
+    train_tf = (V2TrainPreset(crop_size=size) if config.augment
+                else V2EvalPreset(resize_size=size, crop_size=size))
+    train_set = SeededAugment(_first(CustomImageDataset(
+        data.labels_csv("train"), data.images_dir("train"), train_tf,
+        num_classes=len(data.classes)), config.subset), seed=config.seed)
+    val_set = _first(CustomImageDataset(
+        data.labels_csv("val"), data.images_dir("val"), V2EvalPreset(resize_size=size, crop_size=size),
+        num_classes=len(data.classes)), config.subset // 2)
+    # drop_last: every optimizer step sees exactly batch_size samples, on any number of ranks.
+    sampler = ResumableDistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank,
+                                          shuffle=True, seed=config.seed, drop_last=True)
+    common = {"num_workers": config.num_workers, "pin_memory": info.device.type == "cuda",
+              "worker_init_fn": seed_worker}
+    train_loader = DataLoader(train_set, batch_size=per_rank, sampler=sampler, drop_last=True,
+                              **common)
+    val_loader = DataLoader(val_set, batch_size=per_rank * config.grad_accum, **common,
+                            sampler=ShardSampler(len(val_set), rank=info.rank,
+                                                 world_size=info.world_size))
+    if len(train_loader) < config.grad_accum:
+        raise ValueError(f"{len(train_set)} training images are too few for --batch-size "
+                         f"{config.batch_size}: not one optimizer step per epoch")
+    return train_loader, val_loader
+
+
+def batchnorm_to_groupnorm(model: nn.Module) -> nn.Module:
+    """Replace every ``BatchNorm2d`` by a ``GroupNorm`` over the same channels, in place.
+
+    GroupNorm normalises each sample on its own, so the loss is a plain mean over samples
+    and a batch split across ranks gives exactly the gradient of the whole batch.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    for name, child in model.named_children():
+        if isinstance(child, nn.BatchNorm2d):
+            groups = 4 if child.num_features % 4 == 0 else 1
+            setattr(model, name, nn.GroupNorm(groups, child.num_features))
+        else:
+            batchnorm_to_groupnorm(child)
+    return model
+
+
+def build_model(config: TrainConfig, info: DistInfo, num_classes: int) -> nn.Module:
+    """SmallCNN with the chosen normalisation, on this rank's device, DDP-wrapped if distributed.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    torch.manual_seed(config.seed)  # the same initial weights everywhere (DDP also broadcasts them)
+    model = SmallCNN(num_classes, width=config.width)
+    if config.norm == "group":
+        batchnorm_to_groupnorm(model)
+    elif config.norm == "syncbatch":
+        if info.device.type != "cuda":
+            raise ValueError("--norm syncbatch needs CUDA (SyncBatchNorm has no CPU kernel); "
+                             "use --norm group for exact multi-process equivalence on CPUs")
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = model.to(info.device)
+    if not info.initialized:
+        return model
+    return DistributedDataParallel(model, device_ids=[info.device] if info.device.type == "cuda"
+                                   else None)
+
+
+@dataclass
+class Run:
+    """What ``train_one_epoch`` and ``main`` share while a run goes on.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+
+    config: TrainConfig
+    info: DistInfo
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    log: RunLog
+    position: Position = Position()
+    timing: Timing = field(default_factory=Timing)
+
+    def snapshot(self) -> None:
+        if self.config.snapshot:
+            save_snapshot(self.config.snapshot, model=self.model, optimizer=self.optimizer,
+                          scheduler=self.scheduler, position=self.position)
+            self.log.write("snapshot", **asdict(self.position))
+
+    def stop_requested(self) -> bool:
+        return 0 < self.config.max_steps <= self.position.step
+
+
+def _after_step(run: Run) -> None:
+    config, step = run.config, run.position.step
+    if config.snapshot_every and step % config.snapshot_every == 0:
+        run.snapshot()
+    if step == config.simulate_failure_at_step and run.log.attempt == 0:
+        run.log.write("simulated_failure", step=step, rank=run.info.world_size - 1)
+        if run.info.rank == run.info.world_size - 1:
+            os._exit(17)  # die like a crashed worker: no cleanup, no exception handling
+    if config.step_delay:
+        time.sleep(config.step_delay)
+
+
+def train_one_epoch(run: Run, loader: DataLoader, epoch: int) -> dict[str, float]:
+    """Train from ``run.position`` to the end of ``epoch`` (or ``--max-steps``).
+
+    Returns:
+        Training loss, accuracy and sample count of this pass, summed over all ranks.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    config, model, device = run.config, run.model, run.info.device
+    accum, loss_fn = config.grad_accum, nn.CrossEntropyLoss()
+    model.train()
+    sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, samples
+    micro_per_epoch = len(loader.sampler) // loader.batch_size // accum * accum + run.position.batch_in_epoch
+    batches = itertools.islice(loader, micro_per_epoch - run.position.batch_in_epoch)
+    batch_index, waited = run.position.batch_in_epoch, time.perf_counter()
+    for images, labels in batches:
+        run.timing.wait += time.perf_counter() - waited
+        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        batch_index += 1
+        sync = batch_index % accum == 0
+        # no_sync: accumulate locally; the all-reduce runs once, in the last micro-batch's backward.
+        with nullcontext() if sync or not run.info.initialized else model.no_sync():
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.amp):
+                logits = model(images)
+                loss = loss_fn(logits, labels)
+            (loss / accum).backward()
+        sums += torch.stack([loss.detach() * labels.size(0),
+                             (logits.argmax(1) == labels).sum(), torch.tensor(labels.size(0))
+                             .to(device)]).double()
+        if sync:
+            run.optimizer.step()
+            run.optimizer.zero_grad(set_to_none=True)
+            run.scheduler.step()
+            run.position = Position(epoch, run.position.step + 1, batch_index)
+            run.timing.step_done(run.position.step)
+            _after_step(run)
+            if run.stop_requested():
+                break
+        waited = time.perf_counter()
+    loss_sum, correct, seen = all_reduce_sum(sums).tolist()
+    return {"train_loss": loss_sum / seen if seen else float("nan"),
+            "train_acc": correct / seen if seen else float("nan"), "train_count": int(seen)}
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, *,
+             amp: bool = False) -> dict[str, float]:
+    """Validation loss and accuracy, each sample counted exactly once over all ranks.
+
+    Runs the plain model (not the DDP wrapper): ranks may hold different numbers of
+    batches, and no collective may run per batch. One all-reduce of the sums at the end.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    model = unwrap(model).eval()
+    sums = torch.zeros(3, dtype=torch.float64, device=device)
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            logits = model(images)
+        loss = nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
+        sums += torch.stack([loss, (logits.argmax(1) == labels).sum(),
+                             torch.tensor(labels.size(0), device=device)]).double()
+    loss_sum, correct, seen = all_reduce_sum(sums).tolist()
+    return {"val_loss": loss_sum / seen, "val_acc": correct / seen, "val_count": int(seen)}
+
+
+def _load_data(config: TrainConfig) -> ShapesData:
+    if not config.data:
+        return ensure_data(verbose=False)
+    data = ShapesData(Path(config.data))
+    if not data.labels_csv("train").is_file():
+        raise FileNotFoundError(f"--data {config.data}: no train/labels.csv there (make one "
+                                "with common.ensure_data)")
+    return data
+
+
+def train(config: TrainConfig, info: DistInfo) -> Run:
+    """Build everything, resume from ``--snapshot`` if it exists, train, save.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    if config.amp and info.device.type != "cuda":
+        raise ValueError("--amp (bfloat16 autocast) is for CUDA; this process runs on the CPU")
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    seed_everything(config.seed)
+    data = _load_data(config)
+    train_loader, val_loader = build_loaders(config, info, data)
+    model = build_model(config, info, len(data.classes))
+    optimizer = build_optimizer(config, model)
+    # The schedule spans all epochs, whatever --max-steps says, so a stopped run can go on.
+    steps_per_epoch = len(train_loader) // config.grad_accum
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, config.epochs * steps_per_epoch)
+    run = Run(config, info, model, optimizer, scheduler, RunLog(config.log_file, info))
+    if restart_hazard() and info.is_main:
+        print(f"warning: {restart_hazard()}", file=sys.stderr, flush=True)
+    run.log.write("start", world_size=info.world_size, backend=info.backend,
+                  device=str(info.device), steps_per_epoch=steps_per_epoch, config=asdict(config))
+    if config.snapshot and Path(config.snapshot).exists():
+        run.position = load_snapshot(config.snapshot, model=model, optimizer=optimizer,
+                                     scheduler=scheduler, rank=info.rank)
+        run.log.write("resume", snapshot=config.snapshot, **asdict(run.position))
+    counter = AllReduceCounter()
+    if config.count_allreduces and info.initialized:
+        model.register_comm_hook(counter, counting_allreduce_hook)
+    first_step = run.position.step
+    for epoch in range(run.position.epoch, config.epochs):
+        if run.stop_requested():
+            break
+        started = time.perf_counter()
+        start = run.position.batch_in_epoch if epoch == run.position.epoch else 0
+        train_loader.sampler.set_epoch(epoch, start=start * train_loader.batch_size)
+        train_loader.dataset.set_epoch(epoch)
+        run.position = Position(epoch, run.position.step, start)
+        metrics = train_one_epoch(run, train_loader, epoch)
+        if run.stop_requested() and run.position.batch_in_epoch < len(train_loader) // \
+                config.grad_accum * config.grad_accum:
+            run.snapshot()
+            break
+        metrics |= evaluate(model, val_loader, info.device, amp=config.amp)
+        run.position = Position(epoch + 1, run.position.step, 0)
+        run.log.write("epoch", epoch=epoch + 1, step=run.position.step,
+                      seconds=round(time.perf_counter() - started, 3), **metrics)
+        run.snapshot()
+    if config.save_final and info.is_main:
+        atomic_save(unwrap(model).state_dict(), config.save_final)
+    run.log.write("done", step=run.position.step, steps_this_attempt=run.position.step - first_step,
+                  allreduce_syncs=counter.syncs, allreduce_calls=counter.bucket_calls,
+                  world_size=info.world_size,
+                  **run.timing.summary(run.position.step, config.batch_size))
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m common.ddp_train`` and ``torchrun ... -m common.ddp_train``.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    config = parse_config(argv)
+    info = setup_distributed()
+    try:
+        train(config, info)
+    except (SnapshotError, FileNotFoundError, ValueError) as error:
+        print(f"rank {info.rank}: error: {error}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        cleanup_distributed()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""common.benchmark: the quick mode writes a well-formed CSV and chart and prints the table."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import matplotlib.image
+import pandas as pd
+import pytest
+import torch
+
+from common.benchmark import (
+    COLUMNS,
+    GUIDE,
+    LIMIT,
+    MemoryBatches,
+    Result,
+    summarize,
+    verdict,
+)
+
+
+@pytest.mark.slow
+def test_quick_mode_writes_csv_chart_and_table(tmp_path):
+    out = tmp_path / "bench"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = subprocess.run([sys.executable, "-m", "common.benchmark", "--quick", "--out",
+                          str(out)], capture_output=True, text=True, timeout=240, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    table = pd.read_csv(out / "benchmark.csv")
+    assert list(table.columns) == COLUMNS
+    formulations = {"pil_draft_uint8", "torchvision_uint8", "cache_batched"}
+    expected = {(GUIDE, 0), (GUIDE, 1), (LIMIT, 0)} | {(f, w) for f in formulations
+                                                        for w in (0, 1)}
+    assert set(zip(table["pipeline"], table["num_workers"], strict=True)) == expected
+    assert len(table) == len(expected)
+    assert all(math.isfinite(v) and v > 0 for v in table["images_per_s"])
+    guide = table.query("pipeline == @GUIDE and num_workers == 0")["images_per_s"].iloc[0]
+    assert table["speedup_vs_guide"].tolist() == pytest.approx(
+        (table["images_per_s"] / guide).tolist(), rel=0.01)  # CSV rounds to 2 decimals
+    chart = matplotlib.image.imread(out / "benchmark.png")
+    assert chart.ndim == 3 and chart.shape[0] > 100 and chart.shape[1] > 100
+    assert "images_per_s" in run.stdout and "speedup_vs_guide" in run.stdout
+    assert "best:" in run.stdout
+
+
+def test_summarize_uses_medians_and_the_guide_at_zero_workers():
+    results = [Result(GUIDE, 0, [10.0, 30.0, 20.0]), Result(GUIDE, 2, [40.0, 40.0, 1.0]),
+               Result("fast", 0, [100.0, 500.0, 400.0]), Result(LIMIT, 0, [600.0, 800.0])]
+    table = summarize(results)
+    assert list(table.columns) == COLUMNS
+    assert table["images_per_s"].tolist() == [20.0, 40.0, 400.0, 700.0]
+    assert table["speedup_vs_guide"].tolist() == [1.0, 2.0, 20.0, 35.0]
+    result = verdict(table)
+    assert result["best"].startswith("fast") and result["share_of_limit"] == pytest.approx(4 / 7)
+    assert result["meets_targets"]
+    with pytest.raises(ValueError, match="guide row"):
+        summarize(results[2:])
+
+
+def test_memory_batches_cover_every_image_once():
+    images = torch.arange(10 * 3 * 2 * 2, dtype=torch.uint8).view(10, 3, 2, 2)
+    batches = list(MemoryBatches(images, torch.arange(10), batch_size=4))
+    assert len(batches) == len(MemoryBatches(images, torch.arange(10), batch_size=4)) == 3
+    assert torch.equal(torch.cat([b[0] for b in batches]), images)
+    assert torch.cat([b[1] for b in batches]).tolist() == list(range(10))

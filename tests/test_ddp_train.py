@@ -1,0 +1,191 @@
+"""Tests for common/ddp_train.py: equivalence, no_sync, resume, restart, multi-node, bad input.
+
+Multi-process tests launch ``torchrun`` as a subprocess with the gloo backend on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+import torch
+
+from common.ddp_config import TINY, TrainConfig, parse_config
+from common.ddp_train import main
+from common.distributed import free_port, launch_env, run_command, torchrun_command
+from common.synthetic import SyntheticConfig, ensure_data
+
+RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own DDP tests
+
+
+@pytest.fixture(scope="module")
+def data13(tmp_path_factory):
+    """24 training images and an odd number (13) of validation images."""
+    config = SyntheticConfig(seed=7, num_train=24, num_val=13, min_size=40, max_size=64)
+    return ensure_data(tmp_path_factory.mktemp("ddp") / "shapes", config, verbose=False)
+
+
+def _args(data, out, *extra) -> list[str]:
+    return ["--tiny", "--data", str(data.root), "--save-final", str(out / "final.pt"),
+            "--log-file", str(out / "log.jsonl"), *extra]
+
+
+def _records(out, event: str) -> list[dict]:
+    lines = (out / "log.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["event"] == event]
+
+
+def _weights(out) -> dict[str, torch.Tensor]:
+    return torch.load(out / "final.pt", weights_only=True)
+
+
+def _assert_close(actual: dict, expected: dict, **tolerance) -> None:
+    assert actual.keys() == expected.keys()
+    for key in expected:
+        torch.testing.assert_close(actual[key], expected[key], **tolerance, msg=key)
+
+
+@pytest.fixture(scope="module")
+def one_process(data13, tmp_path_factory):
+    """The reference: one plain process, global batch 8, 6 optimizer steps."""
+    out = tmp_path_factory.mktemp("one")
+    assert main(_args(data13, out)) == 0
+    return out
+
+
+def test_tiny_fills_in_only_what_no_flag_gives():
+    config = parse_config(["--tiny", "--epochs", "5", "--no-augment", "--norm", "batch"])
+    assert (config.epochs, config.augment, config.norm) == (5, False, "batch")
+    assert config.batch_size == TINY["batch_size"] != TrainConfig().batch_size
+    with pytest.raises(SystemExit):
+        parse_config(["--norm", "layer"])
+
+
+def test_one_process_counts_every_sample_once(one_process):
+    epochs = _records(one_process, "epoch")
+    assert [r["val_count"] for r in epochs] == [13, 13]
+    assert [r["train_count"] for r in epochs] == [24, 24]
+    assert _records(one_process, "done")[0]["step"] == 6
+
+
+def test_batch_that_does_not_split_is_refused(data13, tmp_path, capsys):
+    assert main(_args(data13, tmp_path, "--batch-size", "9", "--grad-accum", "2")) == 2
+    assert "--batch-size 9 must be a multiple of world_size (1) x --grad-accum (2)" in \
+        capsys.readouterr().err
+
+
+def test_resume_mid_epoch_equals_uninterrupted_run(data13, one_process, tmp_path):
+    snapshot = str(tmp_path / "snap.pt")
+    assert main(_args(data13, tmp_path, "--snapshot", snapshot, "--max-steps", "4")) == 0
+    stopped = _records(tmp_path, "snapshot")[-1]
+    assert (stopped["epoch"], stopped["step"], stopped["batch_in_epoch"]) == (1, 4, 1)
+    assert main(_args(data13, tmp_path, "--snapshot", snapshot)) == 0
+    assert _records(tmp_path, "resume")[0]["step"] == 4
+    _assert_close(_weights(tmp_path), _weights(one_process), rtol=0, atol=0)
+
+
+def test_bad_snapshots_are_refused_and_left_alone(data13, tmp_path, capsys):
+    snapshot = tmp_path / "snap.pt"
+    assert main(_args(data13, tmp_path, "--snapshot", str(snapshot), "--max-steps", "1")) == 0
+    good = snapshot.read_bytes()
+    assert main(_args(data13, tmp_path, "--snapshot", str(snapshot), "--width", "8")) == 2
+    assert "is not of this SmallCNN: features.0.weight has shape (4, 3, 3, 3)" in \
+        capsys.readouterr().err
+    snapshot.write_bytes(good[: len(good) // 2])
+    assert main(_args(data13, tmp_path, "--snapshot", str(snapshot))) == 2
+    assert "truncated or not a PyTorch file" in capsys.readouterr().err
+    assert snapshot.read_bytes() == good[: len(good) // 2]
+
+
+def _torchrun(data, out, *extra, nproc=2, max_restarts=0) -> subprocess.CompletedProcess:
+    command = torchrun_command("common.ddp_train", _args(data, out, *extra),
+                               nproc_per_node=nproc, max_restarts=max_restarts)
+    return run_command(command, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(data13, tmp_path_factory):
+    out = tmp_path_factory.mktemp("two")
+    _torchrun(data13, out, "--count-allreduces")
+    return out
+
+
+@pytest.mark.slow
+def test_two_ranks_equal_one_process(two_ranks, one_process):
+    done = _records(two_ranks, "done")[0]
+    assert (done["world_size"], done["step"]) == (2, 6)
+    assert done["allreduce_syncs"] == 6  # one gradient all-reduce per optimizer step
+    assert [r["val_count"] for r in _records(two_ranks, "epoch")] == [13, 13]
+    _assert_close(_weights(two_ranks), _weights(one_process), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.slow
+def test_grad_accumulation_with_no_sync(data13, one_process, tmp_path):
+    _torchrun(data13, tmp_path, "--grad-accum", "2", "--count-allreduces")
+    done = _records(tmp_path, "done")[0]
+    # 12 micro-batches per rank, 6 optimizer steps: 6 all-reduces, not 12.
+    assert (done["step"], done["allreduce_syncs"]) == (6, 6)
+    _assert_close(_weights(tmp_path), _weights(one_process), rtol=RTOL, atol=ATOL)
+
+
+def _wait_for(predicate, process, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert process.poll() is None, "the run ended before the awaited event"
+        assert time.monotonic() < deadline, "timed out waiting for the run"
+        time.sleep(0.02)
+
+
+def _worker(agent_pid: int, rank: str) -> psutil.Process:
+    for child in psutil.Process(agent_pid).children(recursive=True):
+        if "common.ddp_train" in child.cmdline() and child.environ().get("RANK") == rank:
+            return child
+    raise AssertionError(f"no worker with RANK={rank} under {agent_pid}")
+
+
+@pytest.mark.slow
+def test_sigkilled_worker_restarts_from_snapshot(data13, two_ranks, tmp_path):
+    args = _args(data13, tmp_path, "--snapshot", str(tmp_path / "snap.pt"),
+                 "--snapshot-every", "2", "--step-delay", "0.4")
+    agent = subprocess.Popen(torchrun_command("common.ddp_train", args, max_restarts=1),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=launch_env())
+    log = tmp_path / "log.jsonl"
+    _wait_for(lambda: log.exists() and '"event": "snapshot"' in log.read_text(), agent)
+    _worker(agent.pid, "1").send_signal(signal.SIGKILL)  # mid-epoch 1, right after step 2
+    output, _ = agent.communicate(timeout=120)
+    assert agent.returncode == 0, output[-3000:]
+    resumed = _records(tmp_path, "resume")
+    assert len(resumed) == 1 and resumed[0]["attempt"] == 1
+    assert resumed[0]["step"] in (2, 4) and resumed[0]["batch_in_epoch"] > 0  # mid-epoch
+    assert _records(tmp_path, "done")[-1]["step"] == 6
+    _assert_close(_weights(tmp_path), _weights(two_ranks), rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_simulated_failure_restarts_and_finishes(data13, two_ranks, tmp_path):
+    _torchrun(data13, tmp_path, "--snapshot", str(tmp_path / "snap.pt"), "--snapshot-every", "2",
+              "--simulate-failure-at-step", "3", max_restarts=1)
+    assert [r["step"] for r in _records(tmp_path, "simulated_failure")] == [3]
+    assert [(r["attempt"], r["step"]) for r in _records(tmp_path, "resume")] == [(1, 2)]
+    _assert_close(_weights(tmp_path), _weights(two_ranks), rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_two_agents_on_loopback_train_together(data13, one_process, tmp_path):
+    endpoint = f"127.0.0.1:{free_port()}"
+    agents = [subprocess.Popen(torchrun_command("common.ddp_train", _args(data13, tmp_path),
+                                                nproc_per_node=1, nnodes=2, rdzv_endpoint=endpoint,
+                                                rdzv_id="loopback"),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=launch_env())
+              for _node in range(2)]
+    outputs = [agent.communicate(timeout=120)[0] for agent in agents]
+    for agent, output in zip(agents, outputs, strict=True):
+        assert agent.returncode == 0, output[-3000:]
+    assert _records(tmp_path, "start")[0]["world_size"] == 2
+    _assert_close(_weights(tmp_path), _weights(one_process), rtol=RTOL, atol=ATOL)

@@ -1,0 +1,75 @@
+"""Tests for common.iterable: per-worker (and per-rank) splitting of the CSV stream."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+
+import pytest
+from torch.utils.data import DataLoader
+from torchvision import transforms
+
+from common.data import BadSampleError
+from common.iterable import CsvImageStream
+
+TO_TENSOR = transforms.Compose([transforms.Resize((8, 8)), transforms.PILToTensor()])
+
+
+def fingerprints(stream, num_workers=0, **kwargs):
+    loader = DataLoader(stream, batch_size=None, num_workers=num_workers, **kwargs)
+    return Counter(hashlib.sha1(image.numpy().tobytes()).hexdigest() + f":{label}"
+                   for image, label in loader)
+
+
+def stream(tiny_data, **kwargs):
+    return CsvImageStream(tiny_data.labels_csv("train"), tiny_data.images_dir("train"),
+                          TO_TENSOR, **kwargs)
+
+
+def test_two_workers_read_every_row_exactly_once(tiny_data):
+    reference = fingerprints(stream(tiny_data))
+    assert sum(reference.values()) == 24 and max(reference.values()) == 1
+    assert fingerprints(stream(tiny_data), num_workers=2) == reference
+
+
+def test_without_splitting_every_worker_repeats_the_stream(tiny_data):
+    reference = fingerprints(stream(tiny_data))
+    naive = fingerprints(stream(tiny_data, split_workers=False), num_workers=2)
+    assert naive == reference + reference
+
+
+def test_ranks_split_the_rows(tiny_data):
+    parts = [fingerprints(stream(tiny_data, rank=r, world_size=3)) for r in range(3)]
+    assert sum(parts, Counter()) == fingerprints(stream(tiny_data))
+    assert all(sum(part.values()) == 8 for part in parts)
+    with pytest.raises(ValueError, match="rank"):
+        stream(tiny_data, rank=3, world_size=3)
+
+
+def test_shuffle_buffer_reorders_but_keeps_every_sample(tiny_data):
+    plain = [label for _, label in stream(tiny_data)]
+    shuffled = stream(tiny_data, shuffle_buffer=8, seed=1)
+    first = [label for _, label in shuffled]
+    shuffled.set_epoch(1)
+    second = [label for _, label in shuffled]
+    assert sorted(first) == sorted(plain) == sorted(second)
+    assert first != plain and first != second
+
+
+def test_bad_row_names_its_line(tmp_path, tiny_data):
+    csv = tmp_path / "labels.csv"
+    csv.write_text("file_name,label\nimg_00000.jpg,1\nimg_00001.jpg,dog\n")
+    rows = CsvImageStream(csv, tiny_data.images_dir("train")).rows()
+    next(rows)
+    with pytest.raises(BadSampleError, match="labels.csv line 3: 'img_00001.jpg': label 'dog'"):
+        next(rows)
+    csv.write_text("file_name,label\n../x.jpg,1\n")
+    with pytest.raises(BadSampleError, match="line 2: path '../x.jpg'"):
+        next(iter(CsvImageStream(csv, tiny_data.images_dir("train"))))
+
+
+@pytest.mark.slow
+def test_split_survives_spawn(tiny_data):
+    reference = fingerprints(stream(tiny_data))
+    assert fingerprints(stream(tiny_data), num_workers=2,
+                        multiprocessing_context="spawn") == reference

@@ -1,0 +1,62 @@
+"""Tests for common/shard_train.py: DDP training from uneven shards never hangs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from common import shard_train
+from common.data import CustomImageDataset
+from common.shards import write_shards
+
+
+@pytest.fixture(scope="module")
+def tiny_shards(tiny_data, tmp_path_factory):
+    """Train shards of 5, 5, 5, 5, 4 samples: with 2 ranks one gets 3 shards, the other 2."""
+    root = tmp_path_factory.mktemp("shards")
+    for split in ("train", "val"):
+        dataset = CustomImageDataset(tiny_data.labels_csv(split), tiny_data.images_dir(split))
+        samples = [(dataset.path(i), int(dataset.labels[i])) for i in range(len(dataset))]
+        write_shards(samples, root / split, shard_size=5)
+    return root
+
+
+def test_single_process_run(tiny_shards):
+    history = shard_train.main(["--tiny", "--shards", str(tiny_shards / "train"),
+                                "--val-shards", str(tiny_shards / "val"), "--equalize", "none"])
+    assert len(history) == 2
+    assert [epoch["samples_per_rank"] for epoch in history] == [[24], [24]]
+    assert all(0.0 <= epoch["val_acc"] <= 1.0 for epoch in history)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["pad", "drop"])
+def test_two_ranks_uneven_shards_equal_batches(tiny_shards, tmp_path, policy):
+    out = tmp_path / "run.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node=2", "-m", "common.shard_train", "--tiny",
+               "--shards", str(tiny_shards / "train"), "--val-shards", str(tiny_shards / "val"),
+               "--equalize", policy, "--out", str(out)]
+    # A rank that runs out of batches first would leave the other waiting forever: on a
+    # timeout, kill torchrun *and* its ranks (they share the new session's process group).
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail(f"torchrun with equalize={policy!r} did not finish in 180 s (hang?)")
+    assert process.returncode == 0, stderr[-3000:]
+    run = json.loads(out.read_text())
+    assert run["world_size"] == 2 and len(run["epochs"]) == 2
+    for epoch in run["epochs"]:
+        batches, samples = epoch["batches_per_rank"], epoch["samples_per_rank"]
+        assert batches[0] == batches[1] > 0 and samples[0] == samples[1]
+        assert sum(samples) > 24 if policy == "pad" else sum(samples) < 24
+    assert "batches per rank" in stdout

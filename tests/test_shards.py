@@ -1,0 +1,246 @@
+"""Tests for common/shards.py: exactly-once splitting, equal batches, shuffling, safe reading."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from common import ShardedImageDataset
+from common.data import CustomImageDataset, load_rgb
+from common.shards import (
+    ShardError,
+    ShardInfo,
+    ensure_shards,
+    read_manifest,
+    read_shard,
+    split_shards,
+    worker_quotas,
+    write_shards,
+)
+from common.transforms import ClassicEvalPreset
+
+
+def _pixel_hash(array) -> str:
+    array = np.ascontiguousarray(np.asarray(array))
+    return hashlib.sha256(array.tobytes() + str(array.shape).encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def source(tiny_data):
+    return CustomImageDataset(tiny_data.labels_csv("train"), tiny_data.images_dir("train"))
+
+
+@pytest.fixture(scope="module")
+def uneven(source, tmp_path_factory):
+    """24 samples in shards of 5, 5, 5, 5, 4: uneven, and fewer than 3 x 2 consumers."""
+    samples = [(source.path(i), int(source.labels[i])) for i in range(len(source))]
+    return write_shards(samples, tmp_path_factory.mktemp("uneven"), shard_size=5)
+
+
+@pytest.fixture(scope="module")
+def source_multiset(source):
+    return Counter((_pixel_hash(load_rgb(source.path(i))), int(source.labels[i]))
+                   for i in range(len(source)))
+
+
+def _consume(dataset: ShardedImageDataset, num_workers: int, batch_size=None) -> list:
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers)
+    return [(_pixel_hash(image.numpy()), int(label)) for image, label in loader]
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 2])
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_every_sample_exactly_once(uneven, source_multiset, world_size, num_workers):
+    seen = Counter()
+    for rank in range(world_size):
+        dataset = ShardedImageDataset(uneven, np.array, rank=rank, world_size=world_size,
+                                      equalize="none", seed=5, buffer_size=4)
+        seen.update(_consume(dataset, num_workers))
+    assert seen == source_multiset
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("policy", ["pad", "drop"])
+def test_equal_batches_per_rank(uneven, policy, num_workers):
+    keys, batches = Counter(), []
+    for rank in range(2):
+        dataset = ShardedImageDataset(uneven, ClassicEvalPreset(resize_size=16, crop_size=16),
+                                      rank=rank, world_size=2, equalize=policy, seed=1)
+        loader = DataLoader(dataset, batch_size=3, num_workers=num_workers)
+        batches.append(sum(1 for _ in loader))
+        workers = max(num_workers, 1)
+        for worker in range(workers):
+            keys.update(r.key for r in dataset.records(worker=worker, num_workers=num_workers))
+    plan = dataset.plan(num_workers)
+    assert batches[0] == batches[1]
+    assert plan.groupby("rank")["yields"].sum().nunique() == 1
+    if policy == "pad":  # everything at least once; the repeats are exactly the padding
+        assert len(keys) == 24 and sum(keys.values()) - 24 == plan["padded"].sum() > 0
+    else:  # nothing twice; the missing ones are exactly the dropped
+        assert max(keys.values()) == 1 and 24 - len(keys) == plan["dropped"].sum() > 0
+
+
+def test_same_seed_and_epoch_same_order_other_epoch_differs(uneven):
+    def order(epoch: int, seed: int = 0) -> list:
+        dataset = ShardedImageDataset(uneven, np.array, seed=seed, buffer_size=6)
+        dataset.set_epoch(epoch)
+        return _consume(dataset, num_workers=2)
+
+    first = order(3)
+    assert order(3) == first
+    assert order(4) != first and sorted(order(4)) == sorted(first)
+    assert order(3, seed=1) != first
+
+
+def test_shuffle_false_keeps_the_written_order(uneven, source):
+    dataset = ShardedImageDataset(uneven, shuffle=False, equalize="none")
+    assert [r.key for r in dataset.records()] == [f"{i:08d}" for i in range(len(source))]
+    assert [r.label for r in dataset.records()] == source.labels.tolist()
+
+
+def test_same_transform_same_tensor_as_map_style(tiny_data, uneven):
+    preset = ClassicEvalPreset(resize_size=24, crop_size=20)
+    mapped = CustomImageDataset(tiny_data.labels_csv("train"), tiny_data.images_dir("train"),
+                                transform=preset)
+    streamed = ShardedImageDataset(uneven, preset, shuffle=False, equalize="none")
+    for index, (image, label) in enumerate(streamed):
+        expected, expected_label = mapped[index]
+        assert torch.equal(image, expected) and label == expected_label
+
+
+def test_split_shards_rank_then_worker():
+    plan = split_shards(list(range(8)), world_size=2, num_workers=2)
+    assert plan == [[[0, 4], [2, 6]], [[1, 5], [3, 7]]]
+    assert split_shards([4, 1, 0], world_size=1, num_workers=0) == [[[4, 1, 0]]]
+
+
+def test_worker_quotas_policies():
+    counts = np.array([[10, 5], [8, 7]])
+    assert worker_quotas(counts, "pad").tolist() == [[10, 7], [10, 7]]
+    assert worker_quotas(counts, "drop").tolist() == [[8, 5], [8, 5]]
+    assert worker_quotas(counts, "none").tolist() == counts.tolist()
+    with pytest.raises(ValueError, match="cannot pad"):
+        worker_quotas(np.array([[3, 0], [4, 2]]), "pad")
+    with pytest.raises(ValueError, match="policy"):
+        worker_quotas(counts, "repeat")
+
+
+def test_too_few_shards_for_ranks_is_refused(uneven):
+    with pytest.raises(ValueError, match="5 shards cannot feed 6 ranks"):
+        ShardedImageDataset(uneven, rank=0, world_size=6)
+    with pytest.raises(ValueError, match="rank 2 is outside"):
+        ShardedImageDataset(uneven, rank=2, world_size=2)
+
+
+def _copy_shards(manifest, tmp_path):
+    shards = read_manifest(manifest)
+    for shard in shards:
+        (tmp_path / shard.path.name).write_bytes(shard.path.read_bytes())
+    (tmp_path / "manifest.json").write_text(manifest.read_text())
+    return tmp_path / shards[0].path.name
+
+
+@pytest.mark.parametrize(("where", "member"), [("data", "00000001.jpg"), ("half", None)])
+def test_truncated_shard_names_shard_and_member(uneven, tmp_path, where, member):
+    first = _copy_shards(uneven, tmp_path)
+    with tarfile.open(first) as tar:
+        members = tar.getmembers()
+    cut = members[2].offset_data + 100 if where == "data" else first.stat().st_size // 2
+    first.write_bytes(first.read_bytes()[:cut])
+    # the member being read when the data ran out (for "half": wherever that falls)
+    member = member or [m.name for m in members if m.offset_data <= cut][-1]
+    dataset = ShardedImageDataset(tmp_path, shuffle=False, verify=False, equalize="none")
+    with pytest.raises(ShardError, match=rf"shard-000000\.tar: cannot read member '{member}' "
+                                         r"\(truncated or corrupt tar\)"):
+        list(dataset.records())
+    with pytest.raises(ShardError, match=r"shard-000000\.tar: sha256 mismatch"):
+        ShardedImageDataset(tmp_path)
+
+
+def test_checksum_mismatch_is_refused(uneven, tmp_path):
+    first = _copy_shards(uneven, tmp_path)
+    data = bytearray(first.read_bytes())
+    data[2000] ^= 0xFF  # same size, one byte changed inside the first image
+    first.write_bytes(bytes(data))
+    with pytest.raises(ShardError, match=r"shard-000000\.tar: sha256 mismatch"):
+        ShardedImageDataset(tmp_path)
+
+
+def test_shard_shorter_than_manifest_is_refused(uneven, tmp_path):
+    first = _copy_shards(uneven, tmp_path)
+    members = list(read_shard(first))[:3]
+    with tarfile.open(first, "w") as tar:
+        for record in members:
+            _add(tar, record.member, record.data)
+            _add(tar, f"{record.key}.cls", str(record.label).encode())
+    with pytest.raises(ShardError, match="holds 3 samples but the manifest says 5"):
+        list(read_shard(first, expected=5))
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes, kind=tarfile.REGTYPE) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.type = (len(data), kind) if kind == tarfile.REGTYPE else (0, kind)
+    if kind == tarfile.SYMTYPE:
+        info.linkname = "/etc/passwd"
+    tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+
+def _shard(tmp_path, members) -> ShardInfo:
+    path = tmp_path / "crafted.tar"
+    with tarfile.open(path, "w") as tar:
+        for name, data, *kind in members:
+            _add(tar, name, data, *kind)
+    return ShardInfo(path, 1)
+
+
+@pytest.mark.parametrize(("members", "message"), [
+    ([("../evil.jpg", b"x"), ("../evil.cls", b"0")], r"member '\.\./evil\.jpg' has an unsafe path"),
+    ([("/abs.jpg", b"x"), ("/abs.cls", b"0")], r"member '/abs\.jpg' has an unsafe path"),
+    ([("a.jpg", b"", tarfile.SYMTYPE), ("a.cls", b"0")], r"member 'a\.jpg' is not a regular"),
+    ([("a.jpg", b"x")], r"sample 'a' has members \['jpg'\]"),
+    ([("a.jpg", b"x"), ("a.cls", b"cat")], r"member a\.cls: label 'cat'"),
+    ([("a.jpg", b"x"), ("a.cls", b"1"), ("a.txt", b"")], r"members \['cls', 'jpg', 'txt'\]"),
+    ([("a.jpg", b"x"), ("a.cls", b"1"), ("b.jpg", b"x"), ("b.cls", b"1"),
+      ("a.jpg", b"x")], r"repeats sample 'a'"),
+])
+def test_unsafe_or_malformed_members_are_named(tmp_path, members, message):
+    dataset = ShardedImageDataset([_shard(tmp_path, members)], equalize="none")
+    with pytest.raises(ShardError, match=message) as error:
+        list(dataset)
+    assert "crafted.tar" in str(error.value)
+
+
+def test_corrupt_image_names_shard_and_member(tmp_path):
+    dataset = ShardedImageDataset([_shard(tmp_path, [("k.jpg", b"not a jpeg"), ("k.cls", b"2")])])
+    with pytest.raises(ShardError, match=r"crafted\.tar: member k\.jpg: cannot decode"):
+        next(iter(dataset))
+
+
+def test_webdataset_reads_the_same_shards(uneven, source_multiset):
+    wds = pytest.importorskip("webdataset")
+    urls = [str(shard.path) for shard in read_manifest(uneven)]
+    pipeline = wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("jpg", "cls")
+    seen = Counter((_pixel_hash(image.convert("RGB")), int(label)) for image, label in pipeline)
+    assert seen == source_multiset
+
+
+def test_ensure_shards_rewrites_only_when_needed(source, tmp_path):
+    samples = [(source.path(i), int(source.labels[i])) for i in range(len(source))]
+    manifest = ensure_shards(samples, tmp_path, shard_size=10)
+    first = read_manifest(manifest)[0].path
+    before = first.stat().st_mtime_ns
+    assert ensure_shards(samples, tmp_path, shard_size=10) == manifest
+    assert first.stat().st_mtime_ns == before  # intact: left alone
+    first.write_bytes(b"damaged")
+    ensure_shards(samples, tmp_path, shard_size=10)
+    assert len(list(read_shard(first))) == 10  # damaged: rewritten
+    relabelled = [(path, (label + 1) % 6) for path, label in samples]
+    ensure_shards(relabelled, tmp_path, shard_size=10)
+    assert [r.label for r in read_shard(first)] == [label for _, label in relabelled[:10]]
