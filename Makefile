@@ -8,11 +8,18 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Jupyter refuses to start as root (as in many containers) unless told to.
+LAB_ARGS ?= $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 NOTEBOOKS := $(sort $(wildcard chapters/*.ipynb)) $(sort $(wildcard chapters/exercises/*.ipynb))
-# Tests run with a guard that refuses any connection off this machine (tests/netguard).
-NETGUARD := PYTHONPATH=$(CURDIR)/tests/netguard COMPANION_NETGUARD_LOG=$(CURDIR)/build/netguard.log
+# Two pytest workers; --dist loadfile keeps all cells of a notebook in one kernel, in order.
+PYTEST_PARALLEL ?= -n 2 --dist loadfile
+# Tests run with a guard that refuses any connection off this machine (tests/netguard), and with
+# one math thread per process: two pytest workers (or two DDP ranks) on two cores would otherwise
+# oversubscribe the CPU, and OpenMP's spinning threads then slow everything down many times over.
+NETGUARD := PYTHONPATH=$(CURDIR)/tests/netguard COMPANION_NETGUARD_LOG=$(CURDIR)/build/netguard.log \
+	OMP_NUM_THREADS=1
 
-.PHONY: help install data lab test unit notebooks bench assignments grade html doctor browser-deps shards lint format clean distclean
+.PHONY: help install data lab test unit notebooks bench bench-ddp assignments grade html doctor system-deps shards lint format clean distclean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -21,6 +28,8 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is needed; run: make PYTHON=python3.X ...")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -r requirements-dev.txt -e .
+	# The notebooks' kernel "python3", pinned to this venv's interpreter (inside the venv only).
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (.venv)"
 	touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install requirements + `common` (skipped when up to date)
@@ -29,16 +38,16 @@ data: $(STAMP) ## Generate the synthetic dataset in data/ (skipped when intact)
 	$(BIN)/python data_scripts/make_synthetic_data.py
 
 lab: data ## Open JupyterLab on chapters/ with the .venv kernel
-	$(BIN)/jupyter lab --notebook-dir=chapters
+	$(BIN)/jupyter lab --notebook-dir=chapters $(LAB_ARGS)
 
 test: data ## Run every check: ruff, unit tests, notebook hygiene, every notebook under nbval
 	$(BIN)/ruff check .
 	@mkdir -p build && rm -f build/netguard.log
 	$(NETGUARD) $(BIN)/python -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env \
-		--nbval-cell-timeout=180 --timeout=300 -p no:cacheprovider -q
+		--nbval-cell-timeout=180 --timeout=300 -p no:cacheprovider -q $(PYTEST_PARALLEL)
 
 unit: data ## Run the unit tests only (no notebooks)
-	$(NETGUARD) $(BIN)/python -m pytest tests -q --timeout=300
+	$(NETGUARD) $(BIN)/python -m pytest tests -q --timeout=300 $(PYTEST_PARALLEL)
 
 notebooks: data ## Re-execute every notebook top to bottom and refresh its .py twin
 	$(BIN)/python -m common.notebooks build $(NOTEBOOKS)
@@ -58,9 +67,12 @@ html: $(STAMP) ## Build a static site of the executed chapters into build/html/
 shards: data ## Write tar shards of the dataset to data/shards/ (chapter 5)
 	$(BIN)/python data_scripts/make_shards.py
 
-browser-deps: ## Install headless Chromium + CJK fonts for the site's browser test (Debian/Ubuntu; sudo unless root)
+system-deps: ## Install Chromium + CJK fonts (site browser test) and bubblewrap (grading sandbox); Debian/Ubuntu
 	$(SUDO) apt-get update
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium fonts-noto-cjk
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium fonts-noto-cjk bubblewrap
+
+bench-ddp: $(STAMP) ## Measure DDP samples/s on 1 vs 2 CPU ranks side by side (scaling ratio)
+	$(BIN)/python -m common.ddp_bench
 
 doctor: $(STAMP) ## Check this environment (versions, devices, /dev/shm, data) and suggest fixes
 	$(BIN)/python -m common.doctor

@@ -11,7 +11,8 @@ per-cell and a per-notebook time limit. An exercise earns its points when its ch
 runs without an error. A cell that times out or kills the kernel scores zero for its
 exercise, and the notebook is run again with that answer left out, so the other
 exercises are still graded. After every cell the instructor's files and the submissions
-are hashed; a change zeroes the exercise that made it, is reported and is undone.
+are hashed; a change zeroes the exercise that made it, is reported and is undone. The
+sandbox and the file guard live in ``common.sandbox``.
 
 Writes ``grades.csv`` and ``grades.json`` (student, exercise, points, max_points, message)
 and the executed notebooks under ``feedback/<student>/``.
@@ -21,10 +22,8 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,13 +32,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
-from jupyter_client import AsyncKernelManager
 from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
-from traitlets import List, Unicode
 
 from common.assignments import EXERCISES_DIR, STUB, Exercise, exercises_of, instructor_sources
+from common.sandbox import FileGuard, PrefixedKernelManager, bwrap_prefix, choose_sandbox
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_MESSAGE, MAX_OUTPUT = 400, 5_000
@@ -84,89 +82,6 @@ class _Run:
     ran: set[int] = field(default_factory=set)
     tampered: dict[int, list[str]] = field(default_factory=dict)
     fatal: tuple[int, str] | None = None
-
-
-class FileGuard:
-    """Remembers files (bytes and sha256) so that any change can be reported and undone.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
-
-    def __init__(self, roots: list[tuple[Path, tuple[str, ...]]]) -> None:
-        self.roots = [(Path(root), patterns) for root, patterns in roots]
-        self.saved = {path: path.read_bytes() for path in self._listing()}
-        self.hashes = {path: hashlib.sha256(data).hexdigest() for path, data in self.saved.items()}
-
-    def _listing(self) -> list[Path]:
-        found = []
-        for root, patterns in self.roots:
-            for pattern in patterns:
-                found += [p for p in root.rglob(pattern) if p.is_file()
-                          and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts]
-        return sorted(set(found))
-
-    def changes(self) -> list[str]:
-        """Describe every file modified, deleted or created since the snapshot."""
-        now = set(self._listing())
-        found = [f"deleted {p}" for p in self.saved if p not in now]
-        found += [f"created {p}" for p in sorted(now - set(self.saved))]
-        found += [f"modified {p}" for p in self.saved if p in now
-                  and hashlib.sha256(p.read_bytes()).hexdigest() != self.hashes[p]]
-        return found
-
-    def restore(self) -> None:
-        """Put every remembered file back and remove files created since."""
-        for path in set(self._listing()) - set(self.saved):
-            path.unlink()
-        for path, data in self.saved.items():
-            if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != self.hashes[path]:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
-
-
-class _PrefixedKernelManager(AsyncKernelManager):
-    """A kernel manager that starts the kernel behind a command prefix (the sandbox)."""
-
-    prefix = List(Unicode())
-
-    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
-        return [*self.prefix, *super().format_kernel_cmd(extra_arguments)]
-
-
-def bwrap_prefix(workdir: Path, hidden: list[Path]) -> list[str]:
-    """The bubblewrap command line: everything read-only, ``workdir`` writable, ``hidden`` empty.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
-    args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/dev/shm"]
-    for path in hidden:
-        args += ["--tmpfs", str(path)]
-    # JPY_PARENT_PID would make ipykernel exit: in a new PID namespace its parent looks like init.
-    return args + ["--bind", str(workdir), str(workdir), "--unshare-pid", "--unshare-ipc",
-                   "--die-with-parent", "--new-session", "--unsetenv", "JPY_PARENT_PID",
-                   "--chdir", str(workdir), "--"]
-
-
-def choose_sandbox(mode: str) -> tuple[str, str]:
-    """Return ``("bwrap" | "none", why)``: bwrap if asked or if ``auto`` and a probe works.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
-    if mode == "none":
-        return "none", "sandbox disabled (--sandbox none)"
-    if shutil.which("bwrap") is None:
-        why = "bwrap not found (apt-get install bubblewrap)"
-    else:
-        with tempfile.TemporaryDirectory() as probe:
-            command = [*bwrap_prefix(Path(probe), []), "true"]
-            done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
-        if done.returncode == 0:
-            return "bwrap", "bubblewrap: read-only machine, writable working copy"
-        why = f"bwrap does not work here: {done.stderr.strip()[:200]}"
-    if mode == "bwrap":
-        raise RuntimeError(why)
-    return "none", why + "; running without a sandbox, files are still hashed"
 
 
 def find_submissions(config: GradingConfig, names: list[str]) -> list[tuple[str, str, Path | None]]:
@@ -220,7 +135,7 @@ def _execute(nb: nbformat.NotebookNode, workdir: Path, prefix: list[str], env: d
              guard: FileGuard, config: GradingConfig, exercise_cells: set[int]) -> _Run:
     """Run every cell in a fresh kernel; stop at a timeout or a dead kernel."""
     run, deadline = _Run(), time.monotonic() + config.timeout
-    km = _PrefixedKernelManager(kernel_name="python3", prefix=prefix)
+    km = PrefixedKernelManager(kernel_name="python3", prefix=prefix)
     client = NotebookClient(nb, km=km, kernel_name="python3", timeout=int(config.cell_timeout),
                             shutdown_kernel="immediate",
                             resources={"metadata": {"path": str(workdir)}})

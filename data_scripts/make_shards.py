@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from common.data import CustomImageDataset
-from common.shards import write_shards
+from common.shard_format import write_shards
 from common.synthetic import default_data_root, ensure_data
 
 

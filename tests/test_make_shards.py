@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from common.data import CustomImageDataset
-from common.shards import file_sha256, read_shard
+from common.shard_format import file_sha256, read_shard
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data_scripts" / "make_shards.py"
 

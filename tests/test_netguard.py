@@ -44,10 +44,13 @@ def test_loopback_is_allowed(tmp_path):
     assert out.startswith("ALLOWED") and log == ""
 
 
-def test_this_process_runs_under_the_guard():
+def test_this_process_runs_under_the_guard(tmp_path, monkeypatch):
     if "netguard" not in os.environ.get("PYTHONPATH", ""):
         pytest.skip("run through `make test`, which installs the guard")
+    # Log this deliberate attempt elsewhere: the run's own log must stay empty.
+    monkeypatch.setenv("COMPANION_NETGUARD_LOG", str(tmp_path / "expected.log"))
     with pytest.raises(PermissionError):
         import socket
 
         socket.getaddrinfo("example.org", 443)
+    assert "example.org" in (tmp_path / "expected.log").read_text()

@@ -295,7 +295,7 @@ def test_site_in_a_real_browser(served, tmp_path):
     browser = find_chromium()
     if browser is None:
         pytest.skip("Chromium not found: the browser test needs it. Install it with "
-                    "`make browser-deps` (Debian/Ubuntu: sudo apt-get install -y chromium)")
+                    "`make system-deps` (Debian/Ubuntu: sudo apt-get install -y chromium)")
     shots = REPO / "build" / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     landing = chromium(browser, tmp_path / "p1", "--dump-dom", f"{served}/index.html").stdout

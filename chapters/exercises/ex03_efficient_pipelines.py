@@ -167,6 +167,7 @@ with checks("Exercise 3"):
     assert torch.equal(first, again), "a pickled copy with the same torch seed gives the same result"
     assert (first - image).abs().max() <= 0.2 + 1e-6, "the offset must stay within max_delta"
 ### BEGIN HIDDEN TESTS
+transform = RandomBrightness(max_delta=0.2)
 try:
     RandomBrightness(0.2)
 except TypeError:

@@ -1,0 +1,317 @@
+"""The tar shard format (WebDataset convention): writer, manifest and a safe streaming reader.
+
+A shard is a plain tar file holding, per sample, ``<key>.jpg`` (the original image bytes,
+never re-encoded) and ``<key>.cls`` (the integer label as ASCII text), members of one
+sample adjacent. ``manifest.json`` next to the shards lists every shard with its sample
+count and sha256, so each rank can plan its epoch without reading any shard. Reading
+streams members forward without extracting anything and refuses unsafe or broken ones.
+``common.shards`` builds the streaming ``ShardedImageDataset`` on top of this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import json
+import os
+import tarfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from PIL import Image, UnidentifiedImageError
+
+from common.data import BadSampleError
+
+MANIFEST_NAME = "manifest.json"
+IMAGE_EXTENSIONS = {".jpg": "jpg", ".jpeg": "jpg", ".png": "png"}
+MAX_MEMBER_BYTES = 256 * 2**20  # refuse to buffer a member larger than this
+
+
+class ShardError(BadSampleError):
+    """A shard (or one of its members) is missing, corrupt, unsafe or disagrees with the manifest.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard file: its path, how many samples it holds, and its sha256 (if known).
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+
+    path: Path
+    num_samples: int
+    sha256: str | None = None
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
+    # Fixed metadata so the same input gives byte-identical shards on any machine.
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode, info.type = size, 0, 0o644, tarfile.REGTYPE
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_one(path: Path, samples: Sequence[tuple[str, Path, int]], source) -> None:
+    partial = path.with_suffix(".tar.partial")
+    with tarfile.open(partial, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for key, image_path, label in samples:
+            extension = IMAGE_EXTENSIONS.get(image_path.suffix.lower())
+            if extension is None:
+                raise BadSampleError(f"{image_path}: only {sorted(IMAGE_EXTENSIONS)} images "
+                                     "can be sharded")
+            for name, data in ((f"{key}.{extension}", image_path.read_bytes()),
+                               (f"{key}.cls", str(int(label)).encode("ascii"))):
+                tar.addfile(_tarinfo(name, len(data)), io.BytesIO(data))
+                source.update(data)
+    partial.replace(path)  # a crash never leaves a half-written shard under the real name
+
+
+def write_shards(samples: Sequence[tuple[str | os.PathLike, int]], out_dir: str | os.PathLike,
+                 *, shard_size: int, prefix: str = "shard",
+                 classes: Sequence[str] | None = None) -> Path:
+    """Pack ``(image_path, label)`` pairs, in order, into tar shards plus ``manifest.json``.
+
+    Sample ``i`` gets the key ``f"{i:08d}"``; every shard holds ``shard_size`` samples
+    except possibly the last. Output is deterministic: same input, same bytes.
+
+    Args:
+        samples: Image files and integer labels (e.g. ``CustomImageDataset`` paths/labels).
+        out_dir: Folder for ``<prefix>-000000.tar ...`` and the manifest (created).
+        shard_size: Samples per shard.
+        prefix: Shard file name prefix.
+        classes: Class names stored in the manifest.
+
+    Returns:
+        The manifest path.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+    if not samples:
+        raise ValueError("no samples to shard")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    keyed = [(f"{i:08d}", Path(p), int(label)) for i, (p, label) in enumerate(samples)]
+    entries, source = [], hashlib.sha256()
+    for start in range(0, len(keyed), shard_size):
+        path = out / f"{prefix}-{start // shard_size:06d}.tar"
+        chunk = keyed[start:start + shard_size]
+        _write_one(path, chunk, source)
+        entries.append({"name": path.name, "num_samples": len(chunk),
+                        "num_bytes": path.stat().st_size, "sha256": file_sha256(path)})
+    manifest = {"format": "webdataset-tar", "version": 1, "shard_size": shard_size,
+                "num_samples": len(keyed), "classes": list(classes or []), "shards": entries,
+                "source_sha256": source.hexdigest()}  # of all image and label bytes, in order
+    manifest_path = out / MANIFEST_NAME
+    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest_path
+
+
+# ---------------------------------------------------------------- manifest
+
+
+def read_manifest(path: str | os.PathLike) -> list[ShardInfo]:
+    """The shards a manifest lists (``path`` is the JSON file or its folder), checked for sanity.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    path = Path(path)
+    path = path / MANIFEST_NAME if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"shard manifest {path} does not exist (run "
+                                "data_scripts/make_shards.py)")
+    try:
+        entries = json.loads(path.read_text())["shards"]
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ShardError(f"{path}: not a shard manifest ({error})") from error
+    shards = []
+    for i, entry in enumerate(entries):
+        name, count = entry.get("name", ""), entry.get("num_samples")
+        if PurePosixPath(name).name != name or name in ("", ".", ".."):
+            raise ShardError(f"{path}: shard {i} name {name!r} must be a plain file name")
+        if not isinstance(count, int) or count < 1:
+            raise ShardError(f"{path}: shard {name} has num_samples {count!r}")
+        shards.append(ShardInfo(path.parent / name, count, entry.get("sha256")))
+    if not shards:
+        raise ShardError(f"{path}: lists no shards")
+    return shards
+
+
+def verify_shards(shards: Iterable[ShardInfo]) -> None:
+    """Check that every shard exists and matches its manifest sha256.
+
+    Raises:
+        ShardError: Naming the first missing shard or checksum mismatch.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    for shard in shards:
+        if not shard.path.is_file():
+            raise ShardError(f"shard {shard.path} is missing")
+        if shard.sha256 is not None and file_sha256(shard.path) != shard.sha256:
+            raise ShardError(f"shard {shard.path}: sha256 mismatch (manifest "
+                             f"{shard.sha256[:12]}..., file {file_sha256(shard.path)[:12]}...); "
+                             "the file is corrupt or was changed after the manifest was written")
+
+
+def ensure_shards(samples: Sequence[tuple[str | os.PathLike, int]], out_dir: str | os.PathLike,
+                  *, shard_size: int, prefix: str = "shard",
+                  classes: Sequence[str] | None = None) -> Path:
+    """``write_shards`` unless ``out_dir`` already holds verified shards of the same samples.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    manifest = Path(out_dir) / MANIFEST_NAME
+    if manifest.is_file():
+        shards, source = read_manifest(manifest), hashlib.sha256()
+        for image_path, label in samples:
+            source.update(Path(image_path).read_bytes() + str(int(label)).encode("ascii"))
+        written = json.loads(manifest.read_text())
+        if written.get("source_sha256") == source.hexdigest() and \
+                written.get("shard_size") == shard_size:
+            try:
+                verify_shards(shards)
+                return manifest
+            except ShardError:
+                pass  # damaged: fall through and rewrite every shard
+    return write_shards(samples, out_dir, shard_size=shard_size, prefix=prefix, classes=classes)
+
+
+# ---------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """One undecoded sample as read from a shard (image bytes stay encoded until needed).
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+
+    shard: str
+    key: str
+    member: str
+    data: bytes
+    label: int
+
+
+def _check_member(shard: Path, member: tarfile.TarInfo) -> tuple[str, str]:
+    # Nothing is ever extracted to disk, but a '../' or absolute name means a hostile or
+    # broken shard, and its key could collide with a real one: refuse it.
+    where = f"shard {shard}: member {member.name!r}"
+    if not member.isreg():
+        raise ShardError(f"{where} is not a regular file (links, folders and devices are refused)")
+    posix = PurePosixPath(member.name)
+    if posix.is_absolute() or ".." in posix.parts or "\\" in member.name:
+        raise ShardError(f"{where} has an unsafe path (absolute or '..')")
+    stem, dot, extension = posix.name.partition(".")
+    if not dot or not stem:
+        raise ShardError(f"{where} is not named <key>.<extension>")
+    return str(posix.parent / stem), extension.lower()
+
+
+def _parse_label(text: bytes, where: str) -> int:
+    value = text.decode("ascii", errors="replace").strip()
+    if not value.isdigit():
+        raise ShardError(f"{where}: label {value!r} is not a non-negative integer")
+    return int(value)
+
+
+def _records(path: Path, members: Iterator[tuple[tarfile.TarInfo, bytes]]) -> Iterator[ShardRecord]:
+    key, fields, seen = None, {}, set()
+    for member, data in itertools.chain(members, [(None, b"")]):
+        sample_key, extension = _check_member(path, member) if member else (None, "")
+        if sample_key != key and key is not None:
+            image = [e for e in fields if e in IMAGE_EXTENSIONS.values()]
+            if len(image) != 1 or "cls" not in fields or len(fields) != 2:
+                raise ShardError(f"shard {path}: sample {key!r} has members {sorted(fields)}, "
+                                 "expected one image and one .cls")
+            yield ShardRecord(path.name, key, f"{key}.{image[0]}", fields[image[0]],
+                              _parse_label(fields["cls"], f"shard {path}: member {key}.cls"))
+            seen.add(key)
+            fields = {}
+        if member is None:
+            return
+        if sample_key in seen or extension in fields:
+            raise ShardError(f"shard {path}: member {member.name!r} repeats sample {sample_key!r}")
+        key, fields[extension] = sample_key, data
+
+
+def read_shard(path: str | os.PathLike, *, expected: int | None = None) -> Iterator[ShardRecord]:
+    """Stream the samples of one shard in stored order, sequentially, without extracting.
+
+    Args:
+        path: The tar file.
+        expected: If given, the shard must hold exactly this many samples.
+
+    Raises:
+        ShardError: Naming the shard and member, for a truncated or corrupt tar, an unsafe
+            or non-regular member, an incomplete sample, or a wrong sample count.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    path = Path(path)
+    last = "(the tar header)"
+
+    def members() -> Iterator[tuple[tarfile.TarInfo, bytes]]:
+        nonlocal last
+        with tarfile.open(path, mode="r|") as tar:  # "r|": a forward-only stream
+            for member in tar:
+                last = member.name
+                if member.size > MAX_MEMBER_BYTES:
+                    raise tarfile.ReadError(f"member of {member.size} bytes (over the limit)")
+                handle = tar.extractfile(member) if member.isreg() else None
+                data = handle.read() if handle else b""
+                if len(data) != (member.size if handle else 0):
+                    # a stream-mode tarfile returns a short read here instead of failing
+                    raise tarfile.ReadError(f"only {len(data)} of {member.size} bytes")
+                yield member, data
+            if path.stat().st_size < tar.offset + 2 * tarfile.BLOCKSIZE:
+                # tarfile also stops quietly at a cut between members: check the zero trailer
+                raise tarfile.ReadError("no end-of-archive marker after it; the file is cut")
+
+    count = 0
+    try:
+        for record in _records(path, members()):
+            count += 1
+            yield record
+    except (tarfile.TarError, EOFError, OSError) as error:
+        raise ShardError(f"shard {path}: cannot read member {last!r} (truncated or corrupt "
+                         f"tar): {error}") from error
+    if expected is not None and count != expected:
+        raise ShardError(f"shard {path}: holds {count} samples but the manifest says "
+                         f"{expected} (truncated?)")
+
+
+def decode_image(record: ShardRecord) -> Image.Image:
+    """Decode a record's image bytes fully as RGB, naming shard and member on failure.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    try:
+        with Image.open(io.BytesIO(record.data)) as image:
+            return image.convert("RGB")
+    except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as error:
+        raise ShardError(f"shard {record.shard}: member {record.member}: cannot decode "
+                         f"image: {error}") from error
