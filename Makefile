@@ -50,7 +50,8 @@ unit: data ## Run the unit tests only (no notebooks)
 	$(NETGUARD) $(BIN)/python -m pytest tests -q --timeout=300 $(PYTEST_PARALLEL)
 
 notebooks: data ## Re-execute every notebook top to bottom and refresh its .py twin
-	$(BIN)/python -m common.notebooks build $(NOTEBOOKS)
+	@mkdir -p build
+	$(NETGUARD) $(BIN)/python -m common.notebooks build $(NOTEBOOKS)
 
 bench: data ## Measure images/s of each pipeline formulation; writes build/bench/
 	$(BIN)/python -m common.benchmark --out build/bench

@@ -30,12 +30,32 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from tqdm.auto import tqdm
 
-from common import CLASSES, History, SmallCNN, count_parameters, describe_device, ensure_data
-from common import fit, get_device, plot_history, seed_everything, show_images
+from common import (
+    CLASSES,
+    History,
+    SmallCNN,
+    count_parameters,
+    describe_device,
+    ensure_data,
+    fit,
+    get_device,
+    plot_history,
+    seed_everything,
+    show_images,
+)
+from common.doctor import diagnose, report
 
 generator = seed_everything(0)
 device = get_device()
 print("torch", torch.__version__, "| device:", describe_device(device))
+
+# %% [markdown]
+# If anything below fails, ask the environment doctor first (`make doctor` in a terminal does the same): it
+# checks the interpreter is this repository's `.venv`, the package versions, the devices, `/dev/shm` and the
+# data, and prints a fix for every problem it finds.
+
+# %%
+print(report(diagnose()))
 
 # %% [markdown]
 # ## §1.1 深度学习的基本概念 (basic concepts of deep learning)
@@ -72,12 +92,18 @@ assert batch.shape == (4, 3, 32, 32)
 print("batch", tuple(batch.shape), "range", batch.min().item(), "-", batch.max().item())
 
 # %% [markdown]
-# Moving to the device is one call; operations run where their inputs are. NumPy arrays and CPU tensors
-# can share memory (`torch.from_numpy`), so a change to one is visible in the other — no copy was made.
+# Moving to the device is one call; operations run where their inputs are.
 
 # %%
 on_device = batch.to(device)
 print("mean per channel on", on_device.device, ":", on_device.mean(dim=(0, 2, 3)).cpu().tolist())
+
+# %% [markdown]
+# NumPy arrays and CPU tensors can share memory (`torch.from_numpy`), so a change to one is visible in the
+# other — no copy was made:
+
+# %%
+# NBVAL_CHECK_OUTPUT
 array = np.zeros(3, dtype=np.float32)
 shared = torch.from_numpy(array)
 array[0] = 7.0
@@ -90,6 +116,7 @@ shared
 # backwards and fills `.grad`. For $y = \sum_i x_i^2$ the gradient is $2x$ — autograd agrees.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 x = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
 y = (x**2).sum()
 y.backward()
@@ -203,7 +230,7 @@ model = SmallCNN(num_classes=len(CLASSES)).to(device)
 optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
 history = History()
 
-for epoch in tqdm(range(12), desc="epochs"):
+for _ in tqdm(range(12), desc="epochs"):
     model.train()
     total, correct, loss_sum = 0, 0, 0.0
     for images, labels in train_loader:

@@ -61,31 +61,43 @@ print(frame.shape)
 frame.head(3)
 
 # %% [markdown]
-# Then each step for sample 0: look up the row, open and decode the JPEG, resize, turn into a tensor,
-# normalize, stack into a batch, move to the device. The table shows where the time goes.
+# Then each step for one sample: look up the row, open and decode the JPEG, resize, turn into a tensor,
+# normalize, stack into a batch, move to the device. The function records the clock after each step.
 
 # %%
-steps, t0 = {}, time.perf_counter()
-name, label = frame.iloc[0]
-steps["index lookup"] = time.perf_counter()
-image = load_rgb(data.images_dir("train") / name)
-steps["open + decode"] = time.perf_counter()
-small = image.resize((64, 64))
-steps["resize"] = time.perf_counter()
-tensor = transforms.ToTensor()(small)
-steps["to tensor"] = time.perf_counter()
-normalized = transforms.Normalize([0.5] * 3, [0.25] * 3)(tensor)
-batch = torch.stack([normalized]).to(device)
-steps["normalize + batch + device"] = time.perf_counter()
-times = np.diff([t0, *steps.values()]) * 1e3
-print(f"{name}: {image.size} px, label {label} ({CLASSES[label]}) -> batch {tuple(batch.shape)}")
-pd.DataFrame({"step": list(steps), "ms": times.round(3)})
+def time_steps(idx: int) -> dict[str, float]:
+    """Milliseconds spent in each pipeline step for sample ``idx``."""
+    clock = [time.perf_counter()]
+    name, label = frame.iloc[idx]
+    clock.append(time.perf_counter())
+    image = load_rgb(data.images_dir("train") / name)
+    clock.append(time.perf_counter())
+    small = image.resize((64, 64))
+    clock.append(time.perf_counter())
+    tensor = transforms.ToTensor()(small)
+    clock.append(time.perf_counter())
+    batch = torch.stack([transforms.Normalize([0.5] * 3, [0.25] * 3)(tensor)]).to(device)
+    clock.append(time.perf_counter())
+    assert batch.shape == (1, 3, 64, 64) and 0 <= label < len(CLASSES)
+    steps = ["index lookup", "open + decode", "resize", "to tensor", "normalize + batch + device"]
+    return dict(zip(steps, np.diff(clock) * 1e3, strict=True))
+
+
+# %% [markdown]
+# A single measurement is noisy (the first call of anything also pays one-time setup), so we time 30
+# samples and take the median of each step. Where the time goes:
+
+# %%
+step_ms = pd.DataFrame([time_steps(i) for i in range(30)]).median().round(3)
+print(f"sample 0: {load_rgb(data.images_dir('train') / frame.file_name[0]).size} px -> (1, 3, 64, 64)")
+step_ms.to_frame("median ms")
 
 # %% [markdown]
 # ## §2.1.2 数据管道在深度学习中的作用 (why the pipeline matters)
 # The guide names three jobs: keep data flowing so the model does not wait, catch data problems *before*
-# training, and keep memory in check. Decoding dominates the table above; the model waits for it unless the
-# loader prepares batches in parallel (`num_workers`, below, and Chapter 3). Problems caught early are the
+# training, and keep memory in check. In the table above, the two steps that touch the full-size image
+# (open + decode, resize) take most of the time; everything after works on 64x64 pixels. The model waits for
+# those steps unless the loader prepares batches in parallel (`num_workers`, below, and Chapter 3). Problems caught early are the
 # subject of the hardened dataset below, and memory the subject of copy-on-read. For scale: one epoch of
 # this small dataset decodes this many pixels.
 
@@ -97,7 +109,8 @@ print(f"mean image {mean_pixels:,.0f} px; one epoch decodes ~{mean_pixels * len(
 
 # %% [markdown]
 # ## §2.2.1 Dataset与DataLoader类 — the guide's code as written
-# The guide's example, verbatim (its comment in the loop says "steps of model training"):
+# The guide's example, abridged here (`...`); the next cell holds it in full. The comment in its loop says
+# "steps of model training":
 #
 # ```python
 # from torch.utils.data import Dataset, DataLoader
@@ -127,8 +140,8 @@ print(f"mean image {mean_pixels:,.0f} px; one epoch decodes ~{mean_pixels * len(
 #     # 进行模型训练的步骤
 # ```
 #
-# Rather than eyeball it, we let Python and a linter read it. The snippet below is the guide's code with only the
-# elided `__init__`/`__len__` lines restored.
+# Rather than eyeball it, we let Python and a linter read it. The string below is the guide's code exactly
+# (only its two comment lines `# Define ...` / `# Initialize ...` left out); compiling it is the first check.
 
 # %%
 GUIDE_2_2_1 = '''\
@@ -238,6 +251,21 @@ for images, labels in DataLoader(guide_dataset, batch_size=4, shuffle=True, gene
 assert images.shape == (4, 3, 224, 224)
 
 # %% [markdown]
+# Erratum 3 made visible: the guide's transform has nothing random in it, so every epoch the model sees
+# exactly the same pixels for a sample. A training transform draws a new crop and flip each time it is called
+# (the fix; Chapter 2.2 builds a full training preset). Sample 0, loaded twice with each:
+
+# %%
+train_transform = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
+                                      transforms.ToTensor()])
+augmented_guide = GuideCustomImageDataset(data.labels_csv("train"), data.images_dir("train"), train_transform)
+views = {"guide, epoch 1": guide_dataset[0][0], "guide, epoch 2": guide_dataset[0][0],
+         "random, epoch 1": augmented_guide[0][0], "random, epoch 2": augmented_guide[0][0]}
+assert torch.equal(views["guide, epoch 1"], views["guide, epoch 2"])
+assert not torch.equal(views["random, epoch 1"], views["random, epoch 2"])
+fig = show_images(list(views.values()), list(views), ncols=4, size=2)
+
+# %% [markdown]
 # Erratum 4 made visible: `pickle` stores a class by module and name. A `spawn`ed worker starts a fresh
 # interpreter whose `__main__` is not this notebook, so it cannot find the class. `common`'s class is found
 # by importing `common.data`, which works in any process.
@@ -248,9 +276,22 @@ print(pickle.dumps(CustomImageDataset)[:60])
 assert b"__main__" in pickle.dumps(GuideCustomImageDataset)
 
 # %% [markdown]
+# The failure itself: a fresh interpreter (what a `spawn`ed worker is) unpickles both. The notebook's class is
+# not there; `common`'s is imported by name and loads.
+
+# %%
+unpickle = "import pickle, sys; print(pickle.loads(sys.stdin.buffer.read()))"
+children = {cls.__name__: subprocess.run([sys.executable, "-c", unpickle], input=pickle.dumps(cls),
+                                         capture_output=True) for cls in (GuideCustomImageDataset, CustomImageDataset)}
+for name, child in children.items():
+    print(f"{name:24} -> {(child.stdout or child.stderr.splitlines()[-1]).decode().strip()}")
+assert children["GuideCustomImageDataset"].returncode != 0 and children["CustomImageDataset"].returncode == 0
+
+# %% [markdown]
 # ## §2.2.1 Dataset与DataLoader类 — the hardened `common.CustomImageDataset`
-# Same signature and meaning as the guide's; in addition it checks every row at construction. Each bad
-# input below is written to a scratch folder; the error names the file and the CSV line.
+# Same signature and meaning as the guide's; in addition it checks every row at construction, and each
+# error names the file and the CSV line. First a scratch folder: two good images, a file that is not a JPEG,
+# and a symbolic link to a file outside the folder.
 
 # %%
 scratch = workdir / "images"
@@ -260,6 +301,12 @@ for i in range(2):
 (scratch / "broken.jpg").write_bytes(b"not a jpeg at all")
 (workdir / "secret.jpg").write_bytes((scratch / "ok0.jpg").read_bytes())
 (scratch / "link.jpg").symlink_to(workdir / "secret.jpg")
+sorted(p.name for p in scratch.iterdir())
+
+# %% [markdown]
+# One annotations CSV per kind of bad input (`<tmp>` stands for the scratch folder):
+
+# %%
 cases = {
     "missing column": "file_name\nok0.jpg\n",
     "extra column": "file_name,label,extra\nok0.jpg,1,x\n",
@@ -272,6 +319,7 @@ cases = {
     "label not an integer": "file_name,label\nok0.jpg,circle\n",
     "unknown label": "file_name,label\nok0.jpg,1\nok1.jpg,9\n",
 }
+pd.Series(cases, name="labels.csv").str.replace(str(workdir), "<tmp>").str.replace("\n", " ⏎ ").to_frame()
 
 # %% [markdown]
 # Build a dataset from each CSV (`num_classes=6` makes label 9 "unknown") and collect the errors.
@@ -321,7 +369,9 @@ skipping.skipped.assign(reason=skipping.skipped.reason.str.replace(str(workdir),
 # written. Reading a Python object *writes* its reference count, so merely iterating the index makes every
 # worker copy every page that holds a string: each worker's memory grows towards the size of the whole index
 # (PyTorch issue #13246). `common.CustomImageDataset` keeps the paths and labels in two NumPy arrays:
-# a handful of objects in total, no per-item reference counts to touch.
+# a handful of objects in total, no per-item reference counts to touch. Count objects, not bytes: the
+# NumPy buffer can even be larger (fixed-width UTF-32 strings, padded to the longest path), but it is one
+# object whose pages no reader writes. (Chapter 3 measures a worker's memory growing with a list index.)
 
 # %%
 dataset = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"))
@@ -350,8 +400,8 @@ small_transform = transforms.Compose([transforms.Resize((64, 64)), transforms.To
 dataset = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"), small_transform)
 for drop_last in (False, True):
     loader = DataLoader(dataset, batch_size=100, drop_last=drop_last)
-    print(f"drop_last={drop_last}: {len(loader)} batches, last has "
-          f"{len(dataset) - 100 * (len(loader) - 1) if not drop_last else 100} samples")
+    sizes = [len(indices) for indices in loader.batch_sampler]  # indices only, no image loaded
+    print(f"drop_last={drop_last}: {len(loader)} batches, last has {sizes[-1]} samples")
 
 # %% [markdown]
 # `shuffle=True` draws a new permutation every epoch from the loader's `generator`; `shuffle=False` reads in
@@ -366,8 +416,9 @@ assert epoch1 != epoch2
 
 # %% [markdown]
 # `num_workers`: with 0 the main process decodes every image between training steps; with `N > 0`, N worker
-# processes prepare batches in parallel (each gets a copy of the dataset). Timings depend on the machine
-# and its load; on a 2-core laptop expect a modest gain, on a many-core machine a large one.
+# processes prepare batches in parallel (each gets a copy of the dataset). The times below are this run's:
+# on an idle machine with spare cores two workers are faster; on a busy 2-core machine the gain shrinks or
+# vanishes, because the workers compete for the same cores (Chapter 3 measures this properly).
 
 # %%
 timings = {}

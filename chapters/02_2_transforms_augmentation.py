@@ -13,8 +13,10 @@
 # Imports (standard library, third party, then `common`), the seed and the device.
 
 # %%
+import numpy as np
 import pandas as pd
 import torch
+from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision import transforms
 from torchvision.transforms import v2
@@ -53,24 +55,40 @@ print("device:", describe_device(device))
 #     transforms.ToTensor(),  # 将PIL Image或NumPy ndarray转换为Tensor，并进行归一化
 #     transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
 # ])
+#
+# # 使用上面定义的变换
+# custom_dataset = CustomImageDataset(annotations_file="labels.csv", img_dir="path/to/images", transform=data_transforms)
+# dataloader = DataLoader(custom_dataset, batch_size=4, shuffle=True, num_workers=4)
 # ```
-# It runs as written (this section does import `transforms`). We apply it step by step to one image of the
-# training set and look at the numbers after each step.
+# It runs as written (this section does import `transforms`). We run it on our data with `common`'s
+# `CustomImageDataset` (Chapter 2.1 explains why a worker needs the class from a module) and 2 workers,
+# one per core of a small machine.
 
 # %%
-dataset = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"))
-image, label = dataset[0]
 data_transforms = transforms.Compose([
     transforms.Resize((224, 224)),
     transforms.ToTensor(),
     transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
 ])
+custom_dataset = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"), transform=data_transforms)
+dataloader = DataLoader(custom_dataset, batch_size=4, shuffle=True, num_workers=2, generator=generator)
+images, labels = next(iter(dataloader))
+print(images.shape, images.dtype, labels)
+
+# %% [markdown]
+# Now the same transform step by step, on one image of the training set, looking at the numbers after each
+# step. First `Resize((224, 224))`:
+
+# %%
+dataset = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"))
+image, label = dataset[0]
 resized = data_transforms.transforms[0](image)
 print(f"original {image.size} (w, h) -> Resize((224, 224)) -> {resized.size}")
 
 # %% [markdown]
 # `ToTensor` converts the uint8 HWC image to a float CHW tensor and divides by 255. That is all: the values
-# land in [0, 1], with whatever mean and spread the image had.
+# land in [0, 1], with whatever mean and spread the image had. `Normalize` then subtracts ImageNet's mean and
+# divides by ImageNet's std; whether the result has mean 0 and std 1 depends on the image (second column).
 
 # %%
 as_tensor = transforms.ToTensor()(resized)
@@ -88,20 +106,42 @@ pd.DataFrame({name: {"dtype": str(t.dtype), "min": f"{t.min():.3f}", "max": f"{t
 # | 3 | "Normalize … 归一化到指定的均值和标准差" | `Normalize` computes `(x - mean) / std`; the output has mean 0 and std 1 only if `mean`/`std` *are* the data's statistics | compute the statistics of your training set (below) or use ImageNet's when fine-tuning an ImageNet model |
 # | 4 | the section is about augmentation, but no transform is random; §2.2.1 trains with `Resize(256)+CenterCrop(224)` | the model sees the same pixels every epoch: no augmentation at all | random transforms in the *training* pipeline only (gallery and presets below) |
 #
-# Erratum 1, checked: `ToTensor` is exactly division by 255.
+# Erratum 1, checked against NumPy: `ToTensor` is exactly a transpose to CHW and a division by 255.
 
 # %%
-pixels = torch.as_tensor(list(resized.getdata()), dtype=torch.float32).T.reshape(3, 224, 224)
+pixels = torch.from_numpy(np.array(resized)).permute(2, 0, 1).float()  # HWC uint8 -> CHW float
 assert torch.allclose(as_tensor, pixels / 255)
 assert as_tensor.min() >= 0 and as_tensor.max() <= 1 and abs(as_tensor.mean() - 0.5) > 0.01
 print("ToTensor(x) == x / 255: True")
+
+# %% [markdown]
+# Erratum 3 in the table above: this image, normalized with ImageNet's constants, is not centred at 0 with
+# spread 1. The fix (the dataset's own statistics) comes at the end of this notebook.
+
+# %%
+print(f"after Normalize: mean {normalized.mean():.3f}, std {normalized.std():.3f}")
+assert abs(normalized.std() - 1) > 0.1
+
+# %% [markdown]
+# Erratum 2, seen: `Resize((224, 224))` squashes a non-square image; `Resize(224)` scales the shorter side and
+# keeps the proportions, and `CenterCrop(224)` then cuts a square from the middle without distortion. We take
+# the widest of the first 100 training images so the difference is easy to see.
+
+# %%
+sizes = [Image.open(dataset.path(i)).size for i in range(100)]  # (w, h), header only: no decode
+widest = max(range(100), key=lambda i: sizes[i][0] / sizes[i][1])
+wide_image = dataset[widest][0]
+resizes = {"original": wide_image, "Resize((224, 224))": transforms.Resize((224, 224))(wide_image),
+           "Resize(224)": transforms.Resize(224)(wide_image),
+           "+ CenterCrop(224)": transforms.CenterCrop(224)(transforms.Resize(224)(wide_image))}
+fig = show_images(list(resizes.values()), [f"{k}\n{v.size}" for k, v in resizes.items()], ncols=4, size=2.4)
 
 # %% [markdown]
 # ## §2.2.2 数据增强与归一化 — augmentations on the same image
 # The guide names rotation, scaling, cropping and flipping; colour jitter is the usual fifth. Each row applies
 # one random transform six times to the same image, so you see its range. For shapes, all of these keep the
 # label: a rotated or recoloured triangle is still a triangle. (A flipped "6" would not be a "6": choose
-# augmentations that preserve *your* labels.)
+# augmentations that preserve *your* labels.) The last row is the training preset built below.
 
 # %%
 thumb = transforms.Resize(96)(image)
@@ -113,18 +153,15 @@ augmentations = {
     "colour jitter": transforms.ColorJitter(0.5, 0.5, 0.5, 0.1),
     "ClassicTrainPreset": transforms.Compose([ClassicTrainPreset(crop_size=96), transforms.ToPILImage()]),
 }
-gallery, titles = [], []
-for name, augment in augmentations.items():
-    for i in range(6):
-        gallery.append(augment(thumb))
-        titles.append(name if i == 0 else "")
-len(gallery)
+list(augmentations)
 
 # %% [markdown]
-# The preset row shows normalized tensors converted back to images, hence the odd colours: the network
-# sees them that way too.
+# Six draws of each. The preset row shows normalized tensors converted back to images, hence the odd
+# colours: the network sees them that way too.
 
 # %%
+gallery = [augment(thumb) for augment in augmentations.values() for _ in range(6)]
+titles = [name if i == 0 else "" for name in augmentations for i in range(6)]
 fig = show_images(gallery, titles, ncols=6, size=1.4, suptitle=f"one {CLASSES[label]} image, augmented")
 
 # %% [markdown]
@@ -139,8 +176,9 @@ print(train_preset)
 print(eval_preset)
 
 # %% [markdown]
-# The `transforms.v2` versions accept PIL images and uint8 tensors alike and do the geometry on uint8, which
-# is faster. On the same input the eval presets agree up to resampling differences.
+# The `transforms.v2` versions accept PIL images and uint8 tensors alike and do the geometry on uint8
+# (usually the faster path; Chapter 3 measures pipelines). On the same input the eval presets agree up to
+# resampling differences.
 
 # %%
 v2_eval = V2EvalPreset(resize_size=72, crop_size=64)
@@ -198,9 +236,10 @@ fig = plot_channel_histograms({"ToTensor: [0, 1]": images, "Normalize(ImageNet)"
                                "Normalize(dataset stats)": by_dataset})
 
 # %% [markdown]
-# With the dataset's own statistics every channel ends up centred at 0 with spread 1; with ImageNet's it is
-# close but not exactly. For training from scratch use your own statistics; when fine-tuning a network
-# pretrained on ImageNet, keep ImageNet's (the network learned on inputs normalized that way).
+# With the dataset's own statistics every channel ends up centred near 0 with spread near 1. With ImageNet's
+# it does not: our images are bluer and more spread out than ImageNet's, so the blue channel is shifted and
+# every spread is too wide (the table). For training from scratch use your own statistics; when fine-tuning a
+# network pretrained on ImageNet, keep ImageNet's (the network learned on inputs normalized that way).
 
 # %%
 summary = pd.DataFrame({

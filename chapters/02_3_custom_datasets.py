@@ -28,7 +28,6 @@ import numpy as np
 import pandas as pd
 import PIL.Image
 import torch
-from torch import nn
 from torch.utils.data import DataLoader, Subset
 from torchvision import transforms
 from torchvision.datasets import ImageFolder
@@ -41,6 +40,7 @@ from common import (
     CustomImageDataset,
     PadCollate,
     PreloadedDataset,
+    SmallCNN,
     balanced_sampler,
     channel_stats,
     count_parameters,
@@ -167,7 +167,7 @@ for bad in (dict(file_list=files[:3], classes=["star"]), dict(file_list=[*files[
         print(type(error).__name__ + ":", str(error).replace(str(data.root), "<data>")[:110])
 
 # %% [markdown]
-# ## Custom transforms (beyond the guide)
+# ## Custom transforms (beyond the guide — continues §2.3.1 自定义数据集的创建)
 # A transform is any callable. Written as a small class with keyword-only arguments it has a readable
 # `repr`, checks its arguments, and can be pickled into worker processes. `common.AddGaussianNoise` is one.
 
@@ -190,7 +190,7 @@ except (pickle.PicklingError, AttributeError) as error:
 print("AddGaussianNoise pickles to", len(pickle.dumps(AddGaussianNoise(std=0.1))), "bytes")
 
 # %% [markdown]
-# ## `collate_fn` for variable-size images (beyond the guide)
+# ## `collate_fn` for variable-size images (beyond the guide — continues §2.3.1 自定义数据集的创建)
 # The default `collate_fn` stacks samples into one tensor, which needs equal shapes. Our images have
 # different sizes; without a resize the default fails.
 
@@ -213,7 +213,7 @@ fig = show_images(list(images), [f"{CLASSES[t]} {h}x{w}" for t, (h, w) in zip(la
                   ncols=4, size=2)
 
 # %% [markdown]
-# ## Samplers: fixing class imbalance (beyond the guide)
+# ## Samplers: fixing class imbalance (beyond the guide — continues §2.3.1 自定义数据集的创建)
 # Make the training set deliberately imbalanced: keep 160, 80, 40, 20, 10 and 5 images of the six
 # classes. A shuffling loader reproduces the imbalance in every epoch.
 
@@ -238,15 +238,16 @@ fig = plot_class_counts({"shuffle=True": before, "balanced_sampler": after}, CLA
 
 # %% [markdown]
 # The sampler goes to the `DataLoader` in place of `shuffle=True` (the two are exclusive). Rare images now
-# repeat within an epoch (with five triangles, each appears about 25 times), so pair it with augmentation.
+# repeat within an epoch (the last line below counts how often), so pair the sampler with augmentation.
 
 # %%
 subset = Subset(CustomImageDataset(data.labels_csv("train"), data.images_dir("train")), indices.tolist())
 loader = DataLoader(subset, batch_size=32, sampler=sampler, collate_fn=PadCollate())
 print(f"{len(subset)} samples, {len(loader)} batches per epoch, drawn by {type(loader.sampler).__name__}")
+print(f"each of the {keep[-1]} {CLASSES[-1]} images was drawn ~{after[-1] / keep[-1]:.0f} times in that epoch")
 
 # %% [markdown]
-# ## Map-style vs `IterableDataset` (beyond the guide)
+# ## Map-style vs `IterableDataset` (beyond the guide — continues §2.3.1 自定义数据集的创建)
 # A map-style dataset (`__getitem__` + `__len__`) lets the sampler decide the order, so workers never
 # overlap. An `IterableDataset` is a stream (lines of a file, records of a shard, a network feed): each
 # worker runs its own `__iter__`, and unless it keeps only its share, every worker yields everything.
@@ -269,7 +270,7 @@ print(f"split: {sum(split.values())} samples, {len(split)} distinct, each seen {
 assert set(split.values()) == {1} and len(split) == len(naive) == 240
 
 # %% [markdown]
-# The fix is four lines in `common.iterable.shard_of`: read `torch.utils.data.get_worker_info()`, and let
+# The fix lives in `common.iterable.shard_of`, a few lines: read `torch.utils.data.get_worker_info()`, and let
 # worker `w` of `n` keep rows `i` with `i % n == w` (with `rank` and `world_size` folded in for distributed
 # training, Chapter 4). A stream has no `__len__` and no random access, so shuffling happens in a buffer
 # (`shuffle_buffer=`), and a `DataLoader` over it takes no `sampler` and no `shuffle`.
@@ -282,7 +283,7 @@ assert set(split.values()) == {1} and len(split) == len(naive) == 240
 # | good for | files on disk with an index | shards, databases, generated or remote data |
 
 # %% [markdown]
-# ## The whole pipeline, end to end (beyond the guide)
+# ## The whole pipeline, end to end (beyond the guide — continues §2.3.1 自定义数据集的创建)
 # Everything together on the shapes dataset. The expensive, deterministic part of the pipeline (decode and
 # resize to 32x32) runs once in `common.PreloadedDataset`, which stores the pixels in one uint8 NumPy
 # array; the cheap random part (flips) runs every epoch. Normalization uses the training split's own
@@ -315,26 +316,21 @@ images, labels = next(iter(train_loader))
 print(images.shape, images.dtype, labels[:8])
 
 # %% [markdown]
-# The model: Chapter 1's `SmallCNN` with one more conv block (four instead of three). Each block halves the
-# resolution, so the fourth lets every output feature see (almost) the whole 32x32 image before the global
-# pooling: telling a hexagon from a circle needs the whole outline, and this model learns it several times
-# faster than `SmallCNN` (Exercise 4). The training loop is Chapter 1's `common.fit`.
+# The model and the loop are Chapter 1's: `common.SmallCNN` (three conv blocks, global average pooling, a
+# linear classifier) and `common.fit`. Only the data side is new.
 
 # %%
-def conv_block(in_channels: int, out_channels: int) -> list[nn.Module]:
-    return [nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=False),
-            nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True), nn.MaxPool2d(2)]
-
-
-model = nn.Sequential(*conv_block(3, 16), *conv_block(16, 32), *conv_block(32, 64), *conv_block(64, 128),
-                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, len(CLASSES))).to(device)
+model = SmallCNN(num_classes=len(CLASSES)).to(device)
 print(f"{count_parameters(model):,} parameters")
 
 # %% [markdown]
-# AdamW with a one-cycle learning-rate schedule (warm up, then anneal; `fit` steps it once per epoch).
+# AdamW with a one-cycle learning-rate schedule (warm up, then anneal; `fit` steps it once per epoch). Why
+# 24 epochs: while writing this notebook we ran the recipe with three seeds; at 14 epochs they ended between
+# 84% and 90%, at 20 epochs between 92% and 93%, at 24 epochs between 93% and 95% — we keep a margin above
+# the 90% we assert, since other machines round differently (Exercise 5 repeats the check).
 
 # %%
-num_epochs = 14
+num_epochs = 24
 optimizer = torch.optim.AdamW(model.parameters(), lr=8e-3)
 scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=8e-3, total_steps=num_epochs)
 history = fit(model, train_loader, val_loader, optimizer=optimizer, scheduler=scheduler,
@@ -346,7 +342,7 @@ assert history.val_acc[-1] >= 0.9
 # The curves: both losses fall, and train and validation accuracy rise together (no overfitting gap).
 
 # %%
-fig = plot_history(history, title="4-block CNN on 32x32 shapes, preloaded + flips")
+fig = plot_history(history, title="SmallCNN on 32x32 shapes, preloaded + flips")
 
 # %% [markdown]
 # ## Summary
@@ -354,10 +350,11 @@ fig = plot_history(history, title="4-block CNN on 32x32 shapes, preloaded + flip
 # - Transforms, collate functions and samplers are small classes or functions in an importable module, never lambdas or notebook classes, so that `spawn` workers can load them.
 # - `PadCollate` batches images of different sizes; `balanced_sampler` turns a 160:5 imbalance into roughly equal classes per epoch.
 # - An `IterableDataset` must split its stream by `get_worker_info()`, or every worker yields every sample.
-# - Decode once, augment every epoch: the pipeline feeds `fit` to over 90% validation accuracy in seconds.
+# - Decode once, augment every epoch: the pipeline feeds Chapter 1's `SmallCNN` and `fit` to over 90% validation accuracy on a CPU.
 #
 # ## Exercises
 # 1. Give `CustomDataset` a `classes=` list in a different order. What happens to the labels, and when would you want that?
 # 2. Train on the imbalanced subset with and without `balanced_sampler` (same number of steps) and compare per-class validation accuracy.
 # 3. Add `shuffle_buffer=64` to `CsvImageStream`. Are the samples still seen exactly once per epoch with two workers?
-# 4. Replace the 4-block model by `common.SmallCNN` and find how many epochs it needs to pass 90%.
+# 4. Give the model a fourth conv block (`SmallCNN`'s blocks halve the resolution: 32 → 4 pixels; a fourth lets every feature see the whole 32x32 image). How many epochs does it need to pass 90%, and what does an epoch cost?
+# 5. Rerun the training with `seed_everything(s)` for s = 1, 2, 3 just before building the model. At which epoch does each run first pass 90%?

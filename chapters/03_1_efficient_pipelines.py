@@ -64,9 +64,9 @@ print(describe_device(device), "| CPU cores:", cores)
 
 # %% [markdown]
 # ## The guide's pipeline on our data (beyond the guide — continues §2.2.1 Dataset与DataLoader类)
-# The guide's eval pipeline (§2.2.1): `CustomImageDataset` decodes a JPEG with PIL, then
-# `Resize(256)`, `CenterCrop(224)`, `ToTensor`, `Normalize` run on each sample.
-# `ClassicEvalPreset` is exactly that `Compose`. To keep this notebook quick we use the first
+# The guide's eval pipeline: `CustomImageDataset` (§2.2.1) decodes a JPEG with PIL, then
+# `Resize(256)`, `CenterCrop(224)`, `ToTensor` (§2.2.1) and `Normalize` with the ImageNet statistics
+# (added in §2.2.2 数据增强与归一化) run on each sample. `ClassicEvalPreset` is exactly that `Compose`. To keep this notebook quick we use the first
 # 192 of the 960 training images; every measurement below uses the same files.
 
 # %%
@@ -90,10 +90,10 @@ assert list(stages["stage"])[:2] == ["read", "decode"]
 stages.round(3)
 
 # %% [markdown]
-# As a chart: decoding the JPEG and resizing it are most of the cost; `ToTensor` and
-# `Normalize` (float maths on 150,528 values per image, done per sample) come next.
-# Reading the file (from the page cache) and collating are small; on a CPU-only machine the
-# copy "to the device" is a no-op.
+# As a chart. On our 2-core test machine decoding the JPEG and resizing it took 60-70% of the
+# time, and `ToTensor` plus `Normalize` (float maths on 150,528 values per image, done per sample)
+# 20-30%; the cell prints the shares on yours. Reading the file (from the page cache) and collating
+# are small; on a CPU-only machine the copy "to the device" is a no-op.
 
 # %%
 figure, axis = plt.subplots(figsize=(7, 2.8))
@@ -101,9 +101,18 @@ axis.barh(stages["stage"], stages["ms_per_image"], color="tab:gray")
 axis.invert_yaxis()
 axis.set_xlabel("ms per image (guide's eval pipeline, one process)")
 plt.show()
+share = stages.set_index("stage")["share"]
+print(f"decode + resize: {share['decode'] + share['resize']:.0%}, "
+      f"to_tensor + normalize: {share['to_tensor'] + share['normalize']:.0%}")
 
 # %% [markdown]
 # ## The knobs of `DataLoader` (beyond the guide — continues §2.2.1 Dataset与DataLoader类)
+# The guide says `DataLoader` "支持多线程加载" (loads with several threads), and then that
+# `num_workers` is the number of *processes* (进程数). The second is right: each worker is a separate
+# process with its own copy of the dataset object, and every batch it makes is sent back to the main
+# process. That is why workers can use several cores despite Python's GIL, and also why they cost
+# something. The guide sets `num_workers=4`; whether that helps depends on the machine, so measure.
+#
 # Timing helper: `time_epochs(loader, n, min_seconds=0)` runs one epoch and returns images/s.
 # First `num_workers` from 0 up to the core count (at most 4 here), with and without
 # `persistent_workers` (workers kept alive between epochs), two epochs of 96 images each.
@@ -123,13 +132,21 @@ knobs = pd.DataFrame(rows)
 knobs.round(0)
 
 # %% [markdown]
-# With `C` cores, the per-sample work can at best run `C` times faster, and the main process
-# still has to receive every batch: each worker pickles its float batch into shared memory
-# and the main process unpickles it. Without `persistent_workers`, every epoch starts the
-# workers again (epoch 2 is no faster than epoch 1).
-#
+# The same numbers as a chart. With `C` cores, the per-sample work can at best run `C` times
+# faster, and the main process still has to receive every batch: each worker pickles its float
+# batch into shared memory and the main process unpickles it. Without `persistent_workers`, every
+# epoch starts the workers again (epoch 2 pays the start-up cost again). On a machine with few cores,
+# workers may well be *slower* than `num_workers=0` (they were on our 2-core test machine).
+
+# %%
+axis = knobs.set_index(["num_workers", "persistent_workers"])[["epoch_1", "epoch_2"]].plot.bar(
+    figsize=(7, 2.8), rot=0, ylabel="images/s", xlabel="(num_workers, persistent_workers)")
+plt.show()
+
+# %% [markdown]
 # `prefetch_factor` is how many batches each worker prepares ahead. It smooths out uneven
-# batches; it cannot make the average batch faster, as the next cell shows.
+# batches; it cannot make the average batch faster — expect the two rows below to agree within
+# the noise of a shared machine.
 
 # %%
 rows = []
@@ -142,7 +159,7 @@ for prefetch in (1, 4):
 pd.DataFrame(rows).round(0)
 
 # %% [markdown]
-# ## Faster formulations of the same batch (beyond the guide)
+# ## Faster formulations of the same batch (beyond the guide — continues §2.2.1 Dataset与DataLoader类)
 # Four changes, each keeping the output identical (or nearly so) to the guide's batch:
 #
 # 1. **uint8 until the batch exists, normalize last, per batch.** `Uint8EvalDataset` returns
@@ -328,8 +345,9 @@ waits.round(3)
 # The tuned loop spends most of its time in the model; the slow one waits for data for a
 # large share of every step. (Augmenting randomly from the cache: `BatchRandomFlip`, or a
 # `transform` on `CachedImageDataset` such as `v2.RandomCrop(64, padding=4)` — cheap on uint8.)
-#
-# ## On a GPU: pinned memory, non-blocking copies, normalization on the device (beyond the guide)
+
+# %% [markdown]
+# ## On a GPU: pinned memory, non-blocking copies, normalization on the device (beyond the guide — continues §2.1.2 数据管道在深度学习中的作用)
 # With CUDA, `pin_memory=True` makes the loader put each batch in page-locked memory, so
 # `.to(device, non_blocking=True)` is an asynchronous DMA that overlaps with compute. Copy
 # uint8 and normalize on the GPU: four times fewer bytes cross the bus. These cells run
@@ -391,8 +409,8 @@ else:
 #   the same batch, fewer bytes through IPC and over the bus.
 # - Decode and resize once into a uint8 memmap cache (with a manifest that notices changed
 #   sources and damaged files); with batched `__getitems__` an epoch is little more than a
-#   memory copy (full `make bench` on a 2-core CPU: over 10× the guide's images/s and over
-#   half of the in-memory limit).
+#   memory copy (the benchmark's verdict prints the speed-up on your machine; on our 2-core
+#   test machine the full `make bench` gave over 10× the guide's images/s).
 # - Workers pay off for expensive samples; for cheap ones the IPC costs more than it saves.
 #   `persistent_workers` avoids restarting them every epoch; `prefetch_factor` only smooths.
 # - Keep the index in NumPy arrays, not lists of Python objects, or every worker slowly

@@ -9,7 +9,7 @@
 # - How DistributedDataParallel (DDP) uses `all_reduce` to average gradients, and why DDP replaced `DataParallel`
 
 # %% [markdown]
-# ## Setup (beyond the guide)
+# ## Setup (beyond the guide — the title's 分布式训练)
 # Imports, the seed and the device. Multi-process work never runs inside this kernel: each demo is a
 # `torchrun` command started as a subprocess, and the cell shows what the processes printed. The code the
 # processes run lives in `common` (`common/collectives_demo.py`), because a second process cannot import
@@ -31,7 +31,7 @@ print("device:", describe_device(device), "| torch", torch.__version__)
 print("backends built in:", {name: getattr(dist, f"is_{name}_available")() for name in ("gloo", "nccl")})
 
 # %% [markdown]
-# ## The vocabulary of a distributed job (beyond the guide)
+# ## The vocabulary of a distributed job (beyond the guide — the title's 分布式训练)
 # A distributed training job is a set of ordinary operating-system **processes**, usually one per GPU
 # (or, here, one per CPU core), all running the same script:
 #
@@ -59,7 +59,7 @@ print(info)
 assert (info.rank, info.world_size, info.initialized) == (0, 1, False)
 
 # %% [markdown]
-# ## Launching processes with torchrun (beyond the guide)
+# ## Launching processes with torchrun (beyond the guide — the title's 分布式训练)
 # `torchrun_command` builds the command line; it is `python -m torch.distributed.run`, which is exactly
 # what the `torchrun` script runs, with this kernel's interpreter. `--standalone` means one machine and
 # a private rendezvous on a free port. `OMP_NUM_THREADS=1` gives each of the 2 processes one of the 2
@@ -70,7 +70,7 @@ command = torchrun_command("common.collectives_demo", nproc_per_node=2)
 print(" ".join(["OMP_NUM_THREADS=1", "torchrun", *command[3:]]))
 
 # %% [markdown]
-# ## Collectives on two processes (beyond the guide)
+# ## Collectives on two processes (beyond the guide — the title's 分布式训练)
 # Each rank runs `common/collectives_demo.py`. The demo gathers every rank's line to rank 0, which prints
 # them in rank order:
 #
@@ -97,7 +97,7 @@ assert "False" not in out.split("== barrier")[1]
 print("all collectives behaved as described")
 
 # %% [markdown]
-# ## What an all-reduce costs (beyond the guide)
+# ## What an all-reduce costs (beyond the guide — the title's 分布式训练)
 # DDP all-reduces every gradient once per optimizer step. With the ring algorithm each rank sends and
 # receives about `2 × (world_size − 1) / world_size` times the gradient size, whatever the world size —
 # which is why DDP scales to many GPUs. For this chapter's `SmallCNN` the message is tiny:
@@ -109,7 +109,7 @@ for world_size in (2, 8, 64):
     print(f"world size {world_size:>2}: each rank sends ~{sent / 1e3:.0f} kB per step")
 
 # %% [markdown]
-# ## One process alone (beyond the guide)
+# ## One process alone (beyond the guide — the title's 分布式训练)
 # The same script also runs under plain `python`: no process group, world size 1, every collective a
 # no-op. Training code written this way needs no second version for a laptop.
 
@@ -120,7 +120,7 @@ print(single.stdout.split("== all_reduce")[0])
 assert "world_size=1 backend=None" in single.stdout
 
 # %% [markdown]
-# ## DataParallel vs DistributedDataParallel (beyond the guide)
+# ## DataParallel vs DistributedDataParallel (beyond the guide — the title's 分布式训练)
 # PyTorch has two ways to train one model on several GPUs:
 #
 # | | `nn.DataParallel` (DP) | `nn.parallel.DistributedDataParallel` (DDP) |

@@ -9,7 +9,6 @@ from common.data import (
     BadSampleError,
     CustomDataset,
     CustomImageDataset,
-    PreloadedDataset,
     load_rgb,
     parse_label,
 )
@@ -24,6 +23,7 @@ from common.plotting import (
     show_images,
     unnormalize,
 )
+from common.preload import PreloadedDataset
 from common.shapes import CLASSES
 from common.shards import ShardedImageDataset
 from common.stats import ChannelStats, RunningChannelStats, channel_stats

@@ -43,6 +43,7 @@ def load_rgb(path: str | os.PathLike, *, where: str = "") -> Image.Image:
     Introduced in chapters/02_1_dataset_dataloader.ipynb.
     """
     context = f" ({where})" if where else ""
+    path = Path(path)  # a NumPy string would show as np.str_('...') in PIL's message
     try:
         with Image.open(path) as image:
             return image.convert("RGB")  # convert() forces the full decode
@@ -285,47 +286,3 @@ class CustomDataset(Dataset):
         if self.transform:
             image = self.transform(image)
         return image, label
-
-
-class PreloadedDataset(Dataset):
-    """Decode and resize every image of ``source`` once into one uint8 array; transform per item.
-
-    The deterministic, expensive prefix of a pipeline (decode + resize) runs once; the
-    random, cheap suffix (augmentation, ``ToTensor``, ``Normalize``) runs every epoch.
-    The pixels sit in a single NumPy buffer (no per-image objects: see copy-on-read).
-
-    Args:
-        source: A dataset returning ``(PIL image, int label)`` (no transform of its own).
-        size: ``(width, height)`` every image is resized to.
-        transform: Applied to the resized PIL image on every access.
-
-    Introduced in chapters/02_3_custom_datasets.ipynb.
-    """
-
-    def __init__(self, source: Dataset, *, size: tuple[int, int],
-                 transform: Callable | None = None) -> None:
-        width, height = size
-        self.transform = transform
-        self._pixels = np.empty((len(source), height, width, 3), dtype=np.uint8)
-        self._labels = np.empty(len(source), dtype=np.int64)
-        for index in range(len(source)):
-            image, label = source[index]
-            if not isinstance(image, Image.Image):
-                raise TypeError(f"source[{index}] returned {type(image).__name__}, expected a PIL "
-                                "image (build the source without a transform)")
-            self._pixels[index] = np.asarray(image.convert("RGB").resize((width, height)))
-            self._labels[index] = int(label)
-
-    @property
-    def labels(self) -> np.ndarray:
-        """All labels, in index order (a read-only view)."""
-        view = self._labels.view()
-        view.flags.writeable = False
-        return view
-
-    def __len__(self) -> int:
-        return len(self._labels)
-
-    def __getitem__(self, index: int):
-        image = Image.fromarray(self._pixels[index])
-        return (self.transform(image) if self.transform else image), int(self._labels[index])

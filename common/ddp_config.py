@@ -22,7 +22,9 @@ class TrainConfig:
     epochs: int = _opt(3, "number of epochs")
     batch_size: int = _opt(64, "GLOBAL batch per optimizer step, split over ranks and --grad-accum")
     optimizer: str = _opt("adamw", "adamw, or sgd (with momentum)", choices=("adamw", "sgd"))
-    lr: float = _opt(3e-3, "peak learning rate (cosine decay per optimizer step)")
+    lr: float = _opt(3e-3, "peak learning rate")
+    schedule: str = _opt("cosine", "per optimizer step: cosine decay from --lr, or onecycle (warm up "
+                         "to --lr over the first 30%, then anneal)", choices=("cosine", "onecycle"))
     momentum: float = _opt(0.9, "SGD momentum")
     weight_decay: float = _opt(5e-4, "weight decay")
     seed: int = _opt(0, "seed of weights, shuffling and augmentation")

@@ -78,6 +78,19 @@ def build_optimizer(config: TrainConfig, model: nn.Module) -> torch.optim.Optimi
     return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
 
 
+def build_scheduler(config: TrainConfig, optimizer: torch.optim.Optimizer,
+                    total_steps: int) -> torch.optim.lr_scheduler.LRScheduler:
+    """Cosine decay from ``--lr``, or a one-cycle warm-up to ``--lr`` and anneal, per step.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    if config.schedule == "onecycle":
+        # Warming up lets a short run use a high peak rate without diverging in its first steps.
+        return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr, total_steps=total_steps,
+                                                   pct_start=0.3)
+    return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, total_steps)
+
+
 class SeededAugment(Dataset):
     """Sample ``i`` of epoch ``e`` is transformed under its own seed ``(seed, e, i)``.
 
@@ -316,7 +329,7 @@ def train(config: TrainConfig, info: DistInfo) -> Run:
     optimizer = build_optimizer(config, model)
     # The schedule spans all epochs, whatever --max-steps says, so a stopped run can go on.
     steps_per_epoch = len(train_loader) // config.grad_accum
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, config.epochs * steps_per_epoch)
+    scheduler = build_scheduler(config, optimizer, config.epochs * steps_per_epoch)
     run = Run(config, info, model, optimizer, scheduler, RunLog(config.log_file, info))
     if restart_hazard() and info.is_main:
         print(f"warning: {restart_hazard()}", file=sys.stderr, flush=True)

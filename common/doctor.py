@@ -36,7 +36,7 @@ _REQUIREMENT = re.compile(r"^([A-Za-z0-9_.-]+)\s*>=\s*([0-9][^\s;#,]*)")
 class Check:
     """The result of one check: ``status`` is "ok", "info", "warn" or "problem".
 
-    Introduced in README.md (`make doctor`).
+    Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
 
     name: str
@@ -49,7 +49,7 @@ class Check:
 class Facts:
     """Everything the checks look at; ``gather_facts()`` fills it from the running process.
 
-    Introduced in README.md (`make doctor`).
+    Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
 
     python_version: tuple[int, int, int]
@@ -77,7 +77,7 @@ class Facts:
 def read_minimums(*paths: Path) -> dict[str, str]:
     """``name>=version`` lines of requirements files as {name: version} (``-r`` lines skipped).
 
-    Introduced in README.md (`make doctor`).
+    Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     minimums = {}
     for path in paths:
@@ -92,7 +92,7 @@ def read_minimums(*paths: Path) -> dict[str, str]:
 def installed_versions(names: list[str]) -> dict[str, str | None]:
     """Installed version of each distribution, ``None`` for those not installed.
 
-    Introduced in README.md (`make doctor`).
+    Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     versions: dict[str, str | None] = {}
     for name in names:
@@ -106,7 +106,7 @@ def installed_versions(names: list[str]) -> dict[str, str | None]:
 def shm_size(path: Path = Path("/dev/shm")) -> tuple[int | None, int | None]:
     """Total and free bytes of the shared-memory filesystem, ``(None, None)`` if absent.
 
-    Introduced in README.md (`make doctor`).
+    Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     if not path.is_dir():
         return None, None
@@ -121,7 +121,7 @@ def gather_facts(data_root: Path | None = None, config: SyntheticConfig | None =
         data_root: The dataset to verify; default ``default_data_root() / "shapes"``.
         config: The config it should match; default ``SyntheticConfig()``.
 
-    Introduced in README.md (`make doctor`).
+    Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     minimums = read_minimums(REPO / "requirements.txt", REPO / "requirements-dev.txt")
     names = sorted(set(minimums) | {"torch", "torchvision", "numpy", "Pillow"})
@@ -154,7 +154,7 @@ def _torch_build() -> str:
 
 
 def check_python(facts: Facts) -> Check:
-    """Python 3.10 or newer. Introduced in README.md (`make doctor`)."""
+    """Python 3.10 or newer. Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`)."""
     version = ".".join(map(str, facts.python_version))
     if facts.python_version[:2] < (3, 10):
         return Check("python", "problem", f"Python {version} is too old",
@@ -165,7 +165,7 @@ def check_python(facts: Facts) -> Check:
 def check_packages(facts: Facts) -> Check:
     """Every required distribution installed, at least at its minimum version.
 
-    Introduced in README.md (`make doctor`).
+    Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     bad = []
     for name, version in sorted(facts.packages.items(), key=lambda kv: kv[0].lower()):
@@ -195,7 +195,7 @@ def _older(version: str, minimum: str) -> bool:
 def check_interpreter(facts: Facts) -> Check:
     """The running interpreter (or notebook kernel) is the repository's ``.venv``.
 
-    Introduced in README.md (`make doctor`).
+    Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     what = "the notebook kernel" if facts.in_kernel else "this interpreter"
     venv = (facts.repo / ".venv").resolve()
@@ -214,7 +214,7 @@ def check_interpreter(facts: Facts) -> Check:
 def check_common(facts: Facts) -> Check:
     """``common`` is imported from a checkout of this repository (an editable install).
 
-    Introduced in README.md (`make doctor`).
+    Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     if (facts.repo / "pyproject.toml").is_file() and (facts.repo / "chapters").is_dir():
         return Check("common package", "ok", f"imported from {facts.common_file}")
@@ -224,7 +224,7 @@ def check_common(facts: Facts) -> Check:
 
 
 def check_devices(facts: Facts) -> Check:
-    """Which accelerators PyTorch sees. Introduced in README.md (`make doctor`)."""
+    """Which accelerators PyTorch sees. Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`)."""
     if facts.cuda_available:
         return Check("devices", "ok", f"CUDA: {', '.join(facts.cuda_devices)} "
                      f"(torch built for {facts.torch_build})")
@@ -237,7 +237,7 @@ def check_devices(facts: Facts) -> Check:
 
 
 def check_cpus(facts: Facts) -> Check:
-    """CPU count and the multiprocessing start method. Introduced in README.md (`make doctor`)."""
+    """CPU count and the multiprocessing start method. Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`)."""
     note = ("" if facts.start_method == "fork" else "; workers re-import what they run, so "
             "datasets, transforms and collate functions must live in a module, not a notebook")
     return Check("cpus", "info", f"{facts.usable_cpus} usable of {facts.cpu_count} CPUs; "
@@ -247,7 +247,7 @@ def check_cpus(facts: Facts) -> Check:
 def check_shm(facts: Facts) -> Check:
     """``/dev/shm`` is big enough for DataLoader workers to hand batches over.
 
-    Introduced in README.md (`make doctor`).
+    Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     if facts.shm_total is None:
         return Check("/dev/shm", "info", "no /dev/shm on this system (not needed here)")
@@ -267,7 +267,7 @@ def check_shm(facts: Facts) -> Check:
 def suggest_num_workers(facts: Facts) -> int:
     """A starting point for ``num_workers``: one per usable CPU but one, at most 8, 0 if shm fails.
 
-    Introduced in README.md (`make doctor`).
+    Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     if facts.shm_total is not None and facts.shm_total < SHM_MINIMUM:
         return 0
@@ -275,7 +275,7 @@ def suggest_num_workers(facts: Facts) -> int:
 
 
 def check_workers(facts: Facts) -> Check:
-    """The suggested ``num_workers``. Introduced in README.md (`make doctor`)."""
+    """The suggested ``num_workers``. Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`)."""
     return Check("num_workers", "info", f"start with num_workers={suggest_num_workers(facts)}, "
                  "then measure (the efficiency chapter shows how)")
 
@@ -283,7 +283,7 @@ def check_workers(facts: Facts) -> Check:
 def check_data(facts: Facts) -> Check:
     """The synthetic dataset is present and matches its manifest.
 
-    Introduced in README.md (`make doctor`).
+    Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     if not facts.data_problems:
         return Check("data", "ok", f"synthetic data intact at {facts.data_root}")
@@ -303,14 +303,14 @@ CHECKS = (check_python, check_interpreter, check_common, check_packages, check_d
 def diagnose(facts: Facts | None = None) -> list[Check]:
     """Run every check on ``facts`` (default: this process's).
 
-    Introduced in README.md (`make doctor`).
+    Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     facts = facts if facts is not None else gather_facts()
     return [check(facts) for check in CHECKS]
 
 
 def verdict(checks: list[Check]) -> str:
-    """The one-line verdict. Introduced in README.md (`make doctor`)."""
+    """The one-line verdict. Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`)."""
     problems = [c.name for c in checks if c.status == "problem"]
     warnings = [c.name for c in checks if c.status == "warn"]
     if problems:
@@ -324,7 +324,7 @@ def verdict(checks: list[Check]) -> str:
 def report(checks: list[Check]) -> str:
     """The full text report: one line per check, its fix below it, then the verdict.
 
-    Introduced in README.md (`make doctor`).
+    Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     marks = {"ok": "[ ok ]", "info": "[info]", "warn": "[warn]", "problem": "[FAIL]"}
     lines = [f"Environment doctor — {platform.platform()}"]

@@ -16,7 +16,19 @@ IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 
-class ClassicTrainPreset:
+class _Preset:
+    """Shared shape of every preset: ``__init__`` builds ``self.pipeline``; calling applies it."""
+
+    pipeline: transforms.Compose | v2.Compose
+
+    def __call__(self, image):
+        return self.pipeline(image)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.pipeline})"
+
+
+class ClassicTrainPreset(_Preset):
     """Training augmentation with the classic API: random crop-and-scale, flip, rotation,
     colour jitter, then ``ToTensor`` (scales to [0, 1]) and ``Normalize``.
 
@@ -37,14 +49,8 @@ class ClassicTrainPreset:
             transforms.Normalize(mean, std),
         ])
 
-    def __call__(self, image):
-        return self.pipeline(image)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.pipeline})"
-
-
-class ClassicEvalPreset:
+class ClassicEvalPreset(_Preset):
     """The guide's evaluation pipeline: ``Resize``, ``CenterCrop``, ``ToTensor``, ``Normalize``.
 
     Introduced in chapters/02_2_transforms_augmentation.ipynb.
@@ -60,14 +66,8 @@ class ClassicEvalPreset:
             transforms.Normalize(mean, std),
         ])
 
-    def __call__(self, image):
-        return self.pipeline(image)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.pipeline})"
-
-
-class V2TrainPreset:
+class V2TrainPreset(_Preset):
     """``ClassicTrainPreset`` with ``transforms.v2``: works on PIL images and uint8 tensors;
     geometry runs on uint8, the float conversion and normalization come last.
 
@@ -89,14 +89,8 @@ class V2TrainPreset:
             v2.Normalize(mean, std),
         ])
 
-    def __call__(self, image):
-        return self.pipeline(image)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.pipeline})"
-
-
-class V2EvalPreset:
+class V2EvalPreset(_Preset):
     """``ClassicEvalPreset`` with ``transforms.v2`` (same output within resampling error).
 
     Introduced in chapters/02_2_transforms_augmentation.ipynb.
@@ -112,12 +106,6 @@ class V2EvalPreset:
             v2.ToDtype(torch.float32, scale=True),
             v2.Normalize(mean, std),
         ])
-
-    def __call__(self, image):
-        return self.pipeline(image)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.pipeline})"
 
 
 class AddGaussianNoise:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import nbformat
 import pytest
@@ -13,7 +12,6 @@ from nbclient import NotebookClient
 from common.assignments import (
     BEGIN_HIDDEN,
     BEGIN_SOLUTION,
-    EXERCISES_DIR,
     AssignmentFormatError,
     answered,
     checks,
@@ -139,23 +137,38 @@ def test_build_writes_student_versions_without_solutions_or_hidden_tests(built):
             e.points for e in exercises_of(source, name=path.name))
 
 
-def _run(path):
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=180, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
-    return nb
+@pytest.fixture(scope="module")
+def student_runs(built):
+    """Every student version executed top to bottom, in order, all in one kernel.
+
+    ex01 runs first in a fresh kernel, exactly as nbval would run it; each later notebook
+    starts with ``%reset -f`` (an empty namespace) in the same kernel, so torch and
+    ``common`` are imported once instead of five times. Errors are recorded, not raised,
+    so that each notebook is judged on its own cells.
+    """
+    cells, spans = [], {}
+    for path in sorted(built.glob("ex*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        cells.append(nbformat.v4.new_code_cell(f"%reset -f\nimport os\nos.chdir({str(built)!r})"))
+        spans[path.name] = (len(cells), len(cells) + len(nb.cells))
+        cells += nb.cells
+    combined = nbformat.v4.new_notebook(cells=cells, metadata=nb.metadata)
+    NotebookClient(combined, timeout=180, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(built)}}).execute()
+    return {name: combined.cells[start:stop] for name, (start, stop) in spans.items()}
 
 
 @pytest.mark.slow
-def test_student_versions_run_top_to_bottom_reporting_every_exercise_not_done(built):
-    paths = sorted(built.glob("ex*.ipynb"))
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        executed = list(pool.map(_run, paths))
-    for path, nb in zip(paths, executed, strict=True):
-        for exercise in exercises_of(nbformat.read(EXERCISES_DIR / path.name, as_version=4)):
-            outputs = nb.cells[exercise.tests_cell].outputs
-            text = "".join(o.get("text", "") for o in outputs)
-            assert "not yet done" in text, f"{path.name} {exercise.key}: {outputs}"
+@pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
+def test_student_versions_run_top_to_bottom_reporting_every_exercise_not_done(student_runs, path):
+    executed = student_runs[path.name]
+    errors = [f"cell {i}: {o.ename}: {o.evalue}" for i, cell in enumerate(executed)
+              for o in cell.get("outputs", []) if o.output_type == "error"]
+    assert not errors, f"{path.name} does not run top to bottom: {errors}"
+    for exercise in exercises_of(nbformat.read(path, as_version=4)):
+        outputs = executed[exercise.tests_cell].outputs
+        text = "".join(o.get("text", "") for o in outputs)
+        assert "not yet done" in text, f"{path.name} {exercise.key}: {outputs}"
 
 
 def test_student_version_of_a_source_changes_nothing_in_the_source():

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from PIL import Image
 from torchvision import transforms
 from torchvision.datasets import ImageFolder
@@ -18,7 +17,6 @@ from common.data import (
     BadSampleError,
     CustomDataset,
     CustomImageDataset,
-    PreloadedDataset,
     load_rgb,
     parse_label,
     resolve_inside,
@@ -221,14 +219,9 @@ def test_custom_dataset_validates_files(tmp_path, img_dir):
         CustomDataset([outside], root=img_dir)
 
 
-def test_preloaded_dataset_matches_resizing_on_the_fly(tiny_data):
-    source = CustomImageDataset(tiny_data.labels_csv("train"), tiny_data.images_dir("train"))
-    preloaded = PreloadedDataset(source, size=(20, 16), transform=transforms.PILToTensor())
-    assert len(preloaded) == len(source)
-    assert preloaded.labels.tolist() == source.labels.tolist()
-    image, label = preloaded[4]
-    expected = transforms.PILToTensor()(source[4][0].resize((20, 16)))
-    assert tuple(image.shape) == (3, 16, 20) and torch.equal(image, expected)
-    assert label == int(source.labels[4])
-    with pytest.raises(TypeError, match="PIL image"):
-        PreloadedDataset([(torch.zeros(3, 2, 2), 0)], size=(2, 2))
+def test_load_rgb_names_a_numpy_string_path_plainly(tmp_path):
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"not an image")
+    with pytest.raises(BadSampleError, match="bad.jpg") as caught:
+        load_rgb(np.array([str(bad)])[0])  # the datasets store paths as NumPy strings
+    assert "np.str_" not in str(caught.value)

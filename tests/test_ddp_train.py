@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from common.ddp_config import TINY, TrainConfig, parse_config
-from common.ddp_train import main
+from common.ddp_train import build_scheduler, main
 from common.distributed import free_port, launch_env, run_command, torchrun_command
 from common.synthetic import SyntheticConfig, ensure_data
 
@@ -99,6 +99,31 @@ def test_bad_snapshots_are_refused_and_left_alone(data13, tmp_path, capsys):
     assert main(_args(data13, tmp_path, "--snapshot", str(snapshot))) == 2
     assert "truncated or not a PyTorch file" in capsys.readouterr().err
     assert snapshot.read_bytes() == good[: len(good) // 2]
+
+
+def test_onecycle_warms_up_to_the_peak_and_anneals():
+    config = parse_config(["--schedule", "onecycle", "--lr", "0.1"])
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=config.lr)
+    scheduler = build_scheduler(config, optimizer, total_steps=20)
+    lrs = []
+    for _ in range(20):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[0] < 0.1 * config.lr and lrs[-1] < 0.01 * config.lr
+    assert max(lrs) == pytest.approx(config.lr) and 3 <= lrs.index(max(lrs)) <= 8
+
+
+def test_onecycle_run_resumes_exactly(data13, one_process, tmp_path):
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert main(_args(data13, full, "--schedule", "onecycle")) == 0
+    snapshot = str(part / "snap.pt")
+    assert main(_args(data13, part, "--schedule", "onecycle", "--snapshot", snapshot,
+                      "--max-steps", "4")) == 0
+    assert main(_args(data13, part, "--schedule", "onecycle", "--snapshot", snapshot)) == 0
+    _assert_close(_weights(part), _weights(full), rtol=0, atol=0)
+    cosine = _weights(one_process)
+    assert any(not torch.equal(_weights(full)[k], cosine[k]) for k in cosine)
 
 
 def _torchrun(data, out, *extra, nproc=2, max_restarts=0) -> subprocess.CompletedProcess:

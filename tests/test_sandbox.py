@@ -1,0 +1,67 @@
+"""common.sandbox: the file guard reports and undoes changes; the sandbox is probed, not assumed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from common.sandbox import FileGuard, PrefixedKernelManager, bwrap_prefix, choose_sandbox
+
+
+def test_file_guard_reports_and_undoes_every_kind_of_change(tmp_path):
+    (tmp_path / "a.py").write_text("a = 1\n")
+    (tmp_path / "b.py").write_text("b = 2\n")
+    guard = FileGuard([(tmp_path, ("*.py",))])
+    assert guard.changes() == []
+    (tmp_path / "a.py").write_text("a = 666\n")
+    (tmp_path / "b.py").unlink()
+    (tmp_path / "c.py").write_text("c = 3\n")
+    (tmp_path / "notes.txt").write_text("not watched")
+    changes = " ".join(guard.changes())
+    assert "modified" in changes and "deleted" in changes and "created" in changes
+    guard.restore()
+    assert guard.changes() == []
+    assert (tmp_path / "a.py").read_text() == "a = 1\n" and not (tmp_path / "c.py").exists()
+
+
+def test_choose_sandbox_falls_back_or_refuses():
+    assert choose_sandbox("none")[0] == "none"
+    mode, why = choose_sandbox("auto")
+    assert mode in ("bwrap", "none") and why
+    if shutil.which("bwrap") is None:
+        with pytest.raises(RuntimeError, match="bwrap"):
+            choose_sandbox("bwrap")
+
+
+def test_bwrap_prefix_hides_folders_and_binds_only_the_working_copy(tmp_path):
+    work, hidden = tmp_path / "work", tmp_path / "secret"
+    prefix = bwrap_prefix(work, [hidden])
+    assert prefix[0] == "bwrap" and prefix[-1] == "--"
+    assert prefix[prefix.index(str(hidden)) - 1] == "--tmpfs", "a hidden folder is an empty tmpfs"
+    assert prefix[prefix.index("--bind"):][:3] == ["--bind", str(work), str(work)]
+    assert prefix.count("--bind") == 1, "only the working copy may be writable"
+    kernel = PrefixedKernelManager(kernel_name="python3", prefix=prefix)
+    assert kernel.format_kernel_cmd()[:len(prefix)] == prefix
+
+
+@pytest.mark.skipif(choose_sandbox("auto")[0] != "bwrap", reason="bubblewrap does not work here")
+def test_bwrap_makes_everything_but_the_working_copy_read_only(tmp_path):
+    work, hidden, elsewhere = tmp_path / "work", tmp_path / "hidden", tmp_path / "elsewhere.txt"
+    work.mkdir()
+    hidden.mkdir()
+    (hidden / "kept.txt").write_text("kept")
+    script = "\n".join([
+        "from pathlib import Path",
+        f"Path({str(work)!r}, 'ok.txt').write_text('ok')",
+        f"print(sorted(p.name for p in Path({str(hidden)!r}).iterdir()))",
+        f"Path({str(hidden)!r}, 'kept.txt').write_text('changed')  # lands in a throwaway tmpfs",
+        f"Path({str(elsewhere)!r}).write_text('escaped')",
+    ])
+    done = subprocess.run([*bwrap_prefix(work, [hidden]), "python3", "-c", script],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (work / "ok.txt").read_text() == "ok", done.stderr
+    assert done.stdout.strip() == "[]", "a hidden folder must look empty inside the sandbox"
+    assert done.returncode != 0 and "Read-only file system" in done.stderr, done.stderr
+    assert (hidden / "kept.txt").read_text() == "kept" and not elsewhere.exists()
