@@ -184,10 +184,10 @@ def landing_notebook(chapters: list[Chapter], docs: list[tuple[str, str]]) -> nb
     """
     by_section: dict[str, list[str]] = {}
     for chapter in chapters:
-        for item in chapter.guide_sections.split("·"):
-            if item.strip().startswith("§"):
-                link = f"[{Path(chapter.source).name}]({chapter.page})"
-                by_section.setdefault(item.strip(), []).append(link)
+        # Every "§x.y heading" mentioned, also inside "beyond the guide (continues §x.y ...)".
+        for item in re.findall(r"§\d+(?:\.\d+)*\s+[^·()，,]+", chapter.guide_sections):
+            link = f"[{Path(chapter.source).name}]({chapter.page})"
+            by_section.setdefault(item.strip(), []).append(link)
     reverse = ["| Guide section | Notebooks |", "|---|---|"]
     reverse += [f"| {_cell(item)} | {', '.join(links)} |"
                 for item, links in sorted(by_section.items(), key=lambda kv: _section_key(kv[0]))]
