@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import jupytext
@@ -81,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     failures = []
     for path in args.paths:
         if args.command == "build":
-            print(f"building {path.with_suffix('.ipynb')}", flush=True)
+            start = time.perf_counter()
             build(path, timeout=args.timeout)
+            print(f"built {path.with_suffix('.ipynb')} in {time.perf_counter() - start:.0f} s",
+                  flush=True)
         else:
             failures += problems(path.with_suffix(".ipynb"))
     for failure in failures:
