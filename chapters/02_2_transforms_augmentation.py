@@ -151,13 +151,17 @@ augmentations = {
     "random crop": transforms.RandomCrop(72),
     "flip": transforms.Compose([transforms.RandomHorizontalFlip(), transforms.RandomVerticalFlip()]),
     "colour jitter": transforms.ColorJitter(0.5, 0.5, 0.5, 0.1),
-    "ClassicTrainPreset": transforms.Compose([ClassicTrainPreset(crop_size=96), transforms.ToPILImage()]),
+    # mean 0, std 1: Normalize becomes the identity, so the picture shows the augmentation alone
+    "ClassicTrainPreset": transforms.Compose([
+        ClassicTrainPreset(crop_size=96, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0)),
+        transforms.ToPILImage()]),
 }
 list(augmentations)
 
 # %% [markdown]
-# Six draws of each. The preset row shows normalized tensors converted back to images, hence the odd
-# colours: the network sees them that way too.
+# Six draws of each. The preset row combines crop-and-scale, flip, rotation and colour jitter; we built it
+# with an identity `Normalize` (mean 0, std 1) for this picture, because `ToPILImage` on normalized values
+# (which go below 0 and above 1) would wrap them around and show speckled, false colours.
 
 # %%
 gallery = [augment(thumb) for augment in augmentations.values() for _ in range(6)]

@@ -23,6 +23,16 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_datas
 _INTEGER = re.compile(r"^[+-]?\d+$")
 
 
+def readonly_view(array: np.ndarray) -> np.ndarray:
+    """A view of ``array`` that refuses writes (hand out an index without letting callers change it).
+
+    Introduced in chapters/02_1_dataset_dataloader.ipynb.
+    """
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
 class BadSampleError(ValueError):
     """A sample that cannot be used: the message names the file (and CSV line).
 
@@ -187,9 +197,7 @@ class CustomImageDataset(Dataset):
     @property
     def labels(self) -> np.ndarray:
         """All labels, in index order (a read-only view)."""
-        view = self._labels.view()
-        view.flags.writeable = False
-        return view
+        return readonly_view(self._labels)
 
     def path(self, idx: int) -> Path:
         """The image file of sample ``idx``."""
@@ -273,9 +281,7 @@ class CustomDataset(Dataset):
     @property
     def labels(self) -> np.ndarray:
         """All labels, in index order (a read-only view)."""
-        view = self._labels.view()
-        view.flags.writeable = False
-        return view
+        return readonly_view(self._labels)
 
     def __len__(self) -> int:
         return len(self._labels)

@@ -14,6 +14,8 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
+from common.data import readonly_view
+
 
 class PreloadedDataset(Dataset):
     """Decode and resize every image of ``source`` once into one uint8 array; transform per item.
@@ -47,9 +49,7 @@ class PreloadedDataset(Dataset):
     @property
     def labels(self) -> np.ndarray:
         """All labels, in index order (a read-only view)."""
-        view = self._labels.view()
-        view.flags.writeable = False
-        return view
+        return readonly_view(self._labels)
 
     def __len__(self) -> int:
         return len(self._labels)
