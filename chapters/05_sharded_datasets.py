@@ -233,9 +233,9 @@ sorted_manifest = ensure_shards(by_class.samples, SHARD_ROOT / "train_by_class",
 print([by_class.samples[i][1] for i in range(0, 960, 64)], "<- label at the start of each shard")
 
 # %% [markdown]
-# The measure: the mean number of distinct classes in a batch of 32 (a fully random order gives about
-# 5.9 of 6; an unshuffled class-sorted stream gives about 1). We read only keys and labels (no decoding),
-# for several buffer sizes, and average over 3 epochs.
+# The measure: the mean number of distinct classes in a batch of 32 (a fully random order gives nearly
+# all 6; an unshuffled class-sorted stream gives about 1). We read only keys and labels (no decoding),
+# for several buffer sizes, and average over 3 epochs; the last column is a full random permutation.
 
 # %%
 def classes_per_batch(labels: list[int], batch_size: int = 32) -> float:
@@ -251,12 +251,14 @@ for buffer_size in tqdm(buffer_sizes, desc="buffer sizes"):
         scores.append(classes_per_batch([r.label for r in ds.records()]))
     quality[buffer_size] = float(np.mean(scores))
 ideal = classes_per_batch(np.random.default_rng(0).permutation([s[1] for s in by_class.samples]).tolist())
-pd.Series(quality, name="classes per batch of 32").to_frame().T
+pd.Series({**quality, "full random": ideal}, name="classes per batch of 32").to_frame().T
 
 # %% [markdown]
-# A plot tells it faster (buffer 0 is drawn at 1 on the log axis): shard shuffling alone barely helps when each shard holds one
-# class; the buffer must span a few shards (here 128 samples = 2 shards) before batches look random.
-# Rule of thumb: make the buffer several shards' worth, or (better) write shards from shuffled data.
+# A plot tells it faster (buffer 0 is drawn at 1 on the log axis): shard shuffling alone does not help
+# at all when each shard holds only one or two classes; a buffer of 2 shards (128 samples) gets most of
+# the way, and only one that spans many shards (512 samples = 8 shards) looks as random as a full
+# permutation. Rule of thumb: make the buffer several shards' worth, or (better) write shards from
+# shuffled data.
 
 # %%
 fig, ax = plt.subplots(figsize=(5, 3))
@@ -270,8 +272,9 @@ plt.show()
 
 # %% [markdown]
 # ## Training the Chapter 2 model from shards with DDP (beyond the guide)
-# `common/shard_train.py` trains `SmallCNN` with the Chapter 2 `V2TrainPreset` from the shards on every
-# rank, with `equalize="pad"`, and prints the batches each rank ran. Multi-process work is launched as a
+# `common/shard_train.py` trains `SmallCNN` from the shards on every rank, with the Chapter 2 presets
+# (`V2TrainPreset`, or `V2EvalPreset` with `--no-augment`) and `equalize="pad"`, and prints the batches
+# each rank ran. Multi-process work is launched as a
 # subprocess, exactly as on a real machine:
 #
 #     torchrun --standalone --nproc_per_node=2 -m common.shard_train --shards data/shards/train --val-shards data/shards/val

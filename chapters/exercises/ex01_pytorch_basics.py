@@ -17,6 +17,9 @@
 # "not yet done" until you have answered, and fails with a message when something is wrong.
 # When your work is graded, each check cell runs again together with hidden checks, and only the
 # answer cells of your notebook are used: keep all of an exercise's code in its answer cell.
+#
+# The first cell imports what the exercises use, seeds the random generators (so that the checks
+# see the same numbers every run) and picks the device.
 
 # %%
 import numpy as np
@@ -100,7 +103,7 @@ assert not plain.requires_grad, "w.requires_grad must stay False when it was Fal
 
 # %% [markdown]
 # ## Exercise 3 — Registering layers (§1.2 PyTorch的框架和特点) · 2 points
-# Write `TinyMLP(in_features, hidden_sizes, num_classes)`: a `Linear` + `ReLU` for each entry of
+# Write `TinyMLP(in_features, hidden_sizes, num_classes)`: an `nn.Linear` + `nn.ReLU` for each entry of
 # `hidden_sizes` (a tuple, possibly empty), then a final `Linear` to `num_classes` logits. Its
 # `forward(x)` maps `(B, in_features)` to `(B, num_classes)`. Every layer must be registered, so that
 # `model.parameters()`, `model.to(...)` and `state_dict()` see it (a plain Python list hides them).
@@ -265,7 +268,7 @@ for name, value in model.state_dict().items():
 
 # %% [markdown]
 # ## Summary
-# - Broadcasting replaces loops: `(x - x.mean(0)) / x.std(0)` works column by column.
+# - Broadcasting replaces loops: `(x - x.mean(0)) / x.std(0, unbiased=False)` works column by column.
 # - `torch.autograd.grad` returns a gradient without touching `.grad` fields.
 # - Layers kept in `nn.Sequential` / `nn.ModuleList` are registered; a plain list hides them.
 # - A training step is zero the gradients, forward, loss, backward, step; log `loss.item()`.

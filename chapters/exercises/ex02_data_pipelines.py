@@ -19,6 +19,10 @@
 # "not yet done" until you have answered, and fails with a message when something is wrong.
 # When your work is graded, each check cell runs again together with hidden checks, and only the
 # answer cells of your notebook are used: keep all of an exercise's code in its answer cell.
+#
+# The first cell imports what the exercises use, seeds the random generators, picks the device and
+# writes a tiny synthetic shapes dataset (12 training images) into a temporary folder, so that the
+# checks run in seconds.
 
 # %%
 import tempfile
@@ -93,7 +97,8 @@ for bad in (5, -6, 100):
 # the image is `<img_dir>/<id>.jpg` and the label is the position of `class_name` in `classes`.
 # Write `SemicolonDataset(csv_path, img_dir, classes, *, split, transform=None)` that keeps only the
 # rows of `split`, returns `(image, label)` (a PIL RGB image, or `transform(image)`), and raises a
-# `ValueError` that names the CSV line (the header is line 1) for a class that is not in `classes`.
+# `ValueError` that names the CSV line (the header is line 1) for a class that is not in `classes`,
+# on any row, whatever its split (a broken file should fail loudly, whichever split you read).
 #
 # The cell below writes such a file from the tiny dataset.
 
@@ -168,7 +173,7 @@ else:
 # `transforms.Normalize(mean, std)` needs the per-channel mean and standard deviation of the
 # training images. Write `channel_stats(loader)` that computes both from a loader of
 # `(images, labels)` batches (`images` of shape `(B, 3, H, W)`), one batch at a time: keep running
-# sums (in float64), never the images. Return two float tensors of shape `(3,)`: the mean and the
+# sums (in float64), never the images. Return two float32 tensors of shape `(3,)`: the mean and the
 # population standard deviation over all pixels of all images.
 
 # %% nbgrader={"grade": false, "grade_id": "ex3-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -212,9 +217,9 @@ assert mean.dtype == torch.float32 and std.dtype == torch.float32, "return float
 # %% [markdown]
 # ## Exercise 4 — Completing the guide's `CustomDataset` (§2.3.1 自定义数据集的创建) · 2 points
 # The guide's `CustomDataset(file_list, transform)` calls `self.get_label(img_path)` but never
-# writes it. Write `FolderDataset`: the classes are the sorted names of the files' parent folders,
-# `get_label(path)` is the index of the parent folder's name among them, and `__getitem__` returns
-# `(image, label)` like the guide's. For a folder laid out as `root/<class>/<image>`, the labels must
+# writes it. Write `FolderDataset`: the classes (kept as `self.classes`) are the sorted names of the
+# files' parent folders, `get_label(path)` is the index of the parent folder's name among them, and
+# `__getitem__` returns `(image, label)` like the guide's. For a folder laid out as `root/<class>/<image>`, the labels must
 # agree with `torchvision.datasets.ImageFolder(root)`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex4-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}

@@ -18,6 +18,9 @@
 # "not yet done" until you have answered, and fails with a message when something is wrong.
 # When your work is graded, each check cell runs again together with hidden checks, and only the
 # answer cells of your notebook are used: keep all of an exercise's code in its answer cell.
+#
+# The first cell imports what the exercises use, seeds the random generators, picks the device and
+# makes a temporary working folder (Exercise 4 writes its snapshots there).
 
 # %%
 import copy

@@ -17,6 +17,9 @@
 # "not yet done" until you have answered, and fails with a message when something is wrong.
 # When your work is graded, each check cell runs again together with hidden checks, and only the
 # answer cells of your notebook are used: keep all of an exercise's code in its answer cell.
+#
+# The first cell imports what the exercises use, seeds the random generators, picks the device,
+# makes a temporary working folder and 23 tiny fake samples `(key, bytes, label)` to write into shards.
 
 # %%
 import io
@@ -41,7 +44,9 @@ print(f"device {device}; {len(samples)} tiny samples (key, bytes, label); workin
 # `world_size * max(num_workers, 1)` consumers (`num_workers=0` means the main process reads, as one
 # worker with id 0). Write `shards_for(shards, *, rank, world_size, worker_id, num_workers)`: consumer
 # number `rank * max(num_workers, 1) + worker_id` takes every consumer-count-th shard starting at its
-# number, so that all consumers together read each shard exactly once.
+# number, so that all consumers together read each shard exactly once. (This is a different, equally valid
+# scheme from the chapter's `ShardedImageDataset`, which first splits shards by rank and then each rank's
+# share by worker: follow the numbering described here.)
 
 # %% nbgrader={"grade": false, "grade_id": "ex1-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def shards_for(shards: list, *, rank: int, world_size: int, worker_id: int, num_workers: int) -> list:
@@ -73,9 +78,9 @@ for world_size in (1, 2, 3):
 
 # %% [markdown]
 # ## Exercise 2 — Writing shards (beyond the guide) · 2 points
-# Write `write_shards(samples, out_dir, *, samples_per_shard)` for `(key, jpeg_bytes, label)` samples:
-# shard `k` is `out_dir/shard-{k:05d}.tar`, holding, in order, `<key>.jpg` (the bytes) and `<key>.cls`
-# (the label as ASCII digits) for its samples. The same input must give byte-identical files, so set
+# Write `write_shards(samples, out_dir, *, samples_per_shard)` for `(key, jpeg_bytes, label)` samples
+# (create `out_dir` if it does not exist): shard `k` is `out_dir/shard-{k:05d}.tar`, holding, in
+# order, `<key>.jpg` (the bytes) and `<key>.cls` (the label as ASCII digits) for its samples. The same input must give byte-identical files, so set
 # every member's `mtime`, `uid`, `gid` to 0 and `mode` to `0o644`, and use the default `tarfile`
 # format. Return the shard paths in order.
 
@@ -118,8 +123,8 @@ with tarfile.open(paths[2]) as tar:
 # %% [markdown]
 # ## Exercise 3 — Reading a shard safely (beyond the guide) · 2 points
 # Shards come from elsewhere: a member could be named `../../etc/passwd`, be absolute, or be a link.
-# Write `read_shard(path)` that yields `(key, jpeg_bytes, label)` for each `<key>.jpg` / `<key>.cls`
-# pair (in order), and raises `ValueError` naming the shard and the member for any member that is not
+# Write `read_shard(path)` that yields `(key, jpeg_bytes, label)`, with `label` an `int`, for each
+# `<key>.jpg` / `<key>.cls` pair (in order), and raises `ValueError` naming the shard and the member for any member that is not
 # a regular file or whose name contains `/`, `\` or `..` or starts with `/`. Do not extract anything to
 # disk: read members with `extractfile`.
 
