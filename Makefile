@@ -51,19 +51,19 @@ unit: data ## Run the unit tests only (no notebooks)
 
 notebooks: data ## Re-execute every notebook top to bottom and refresh its .py twin
 	@mkdir -p build
-	$(NETGUARD) $(BIN)/python -m common.notebooks build $(NOTEBOOKS)
+	$(NETGUARD) $(BIN)/python -m course.notebooks build $(NOTEBOOKS)
 
 bench: data ## Measure images/s of each pipeline formulation; writes build/bench/
-	$(BIN)/python -m common.benchmark --out build/bench
+	$(BIN)/python -m common.fast.benchmark --out build/bench
 
 assignments: $(STAMP) ## Write student versions of the exercise notebooks to build/assignments/
-	$(BIN)/python -m common.assignments build --out build/assignments
+	$(BIN)/python -m course.assignments build --out build/assignments
 
 grade: data ## Grade submissions: make grade SUBMISSIONS=path/to/folder (report in build/grades/)
-	$(BIN)/python -m common.grading --submissions "$(SUBMISSIONS)" --out build/grades
+	$(BIN)/python -m course.grading --submissions "$(SUBMISSIONS)" --out build/grades
 
 html: $(STAMP) ## Build a static site of the executed chapters into build/html/
-	$(BIN)/python -m common.site --out build/html
+	$(BIN)/python -m course.site --out build/html
 
 shards: data ## Write tar shards of the dataset to data/shards/ (chapter 5)
 	$(BIN)/python data_scripts/make_shards.py
@@ -73,7 +73,7 @@ system-deps: ## Install Chromium + CJK fonts (site browser test) and bubblewrap 
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium fonts-noto-cjk bubblewrap
 
 bench-ddp: $(STAMP) ## Measure DDP samples/s on 1 vs 2 CPU ranks side by side (scaling ratio)
-	$(BIN)/python -m common.ddp_bench
+	$(BIN)/python -m common.ddp.bench
 
 doctor: $(STAMP) ## Check this environment (versions, devices, /dev/shm, data) and suggest fixes
 	$(BIN)/python -m common.doctor

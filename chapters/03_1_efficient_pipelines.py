@@ -41,10 +41,16 @@ from common import (
     get_device,
     seed_everything,
 )
-from common.benchmark import BenchConfig, run_benchmark, time_epochs, verdict
-from common.benchmark import plot as plot_benchmark
-from common.cache import CacheConfig, CachedImageDataset, ensure_cache
-from common.fastdata import (
+from common.fast.benchmark import BenchConfig, run_benchmark, time_epochs, verdict
+from common.fast.benchmark import plot as plot_benchmark
+from common.fast.cache import CacheConfig, CachedImageDataset, ensure_cache
+from common.fast.memory import (
+    ArrayIndexDataset,
+    ListIndexDataset,
+    make_index,
+    worker_memory_over_epoch,
+)
+from common.fast.pipeline import (
     BatchNormalize,
     BatchRandomFlip,
     DraftPilDecoder,
@@ -52,8 +58,7 @@ from common.fastdata import (
     Uint8EvalDataset,
     make_fast_loader,
 )
-from common.memory import ArrayIndexDataset, ListIndexDataset, make_index, worker_memory_over_epoch
-from common.profiling import DataWaitMeter, time_stages
+from common.fast.profiling import DataWaitMeter, time_stages
 
 generator = seed_everything(0)
 device = get_device()
@@ -168,7 +173,7 @@ pd.DataFrame(rows).round(0)
 #    to the GPU, when there is one). A uint8 batch is a quarter of the bytes.
 # 2. **Faster decoding:** `torchvision.io` (libjpeg-turbo) with `transforms.v2` on uint8
 #    tensors, or PIL with JPEG **draft mode**.
-# 3. **Decode and resize once** into a uint8 NumPy memmap (`common.cache`), then every epoch
+# 3. **Decode and resize once** into a uint8 NumPy memmap (`common.fast.cache`), then every epoch
 #    only reads crops (and augments them cheaply).
 # 4. **Batched fetching:** a dataset's `__getitems__(indices)` is called once per batch; the
 #    cache answers it with one NumPy read instead of 32 `__getitem__` calls.
@@ -222,11 +227,11 @@ assert mean_levels < 2.0
 print(f"mean |difference|: {mean_levels:.2f} uint8 levels")
 
 # %% [markdown]
-# Now the benchmark of `common.benchmark`, in one run on the same files: (a) the guide's
+# Now the benchmark of `common.fast.benchmark`, in one run on the same files: (a) the guide's
 # pipeline as written, (b) each formulation at several `num_workers`, and (c) the limit —
 # normalizing already-decoded uint8 batches straight from memory. Configurations are
 # timed in turn, medians of repeats. Here it is small (96 images, 0 and 2 workers);
-# `make bench` (or `python -m common.benchmark --out build/bench`) runs the full version.
+# `make bench` (or `python -m common.fast.benchmark --out build/bench`) runs the full version.
 
 # %%
 config = BenchConfig(out=build / "bench", num_images=96, repeats=2, min_seconds=0.1,

@@ -12,7 +12,7 @@
 # ## Setup (beyond the guide — the title's 分布式训练)
 # Imports, the seed and the device. Multi-process work never runs inside this kernel: each demo is a
 # `torchrun` command started as a subprocess, and the cell shows what the processes printed. The code the
-# processes run lives in `common` (`common/collectives_demo.py`), because a second process cannot import
+# processes run lives in `common` (`common/ddp/collectives_demo.py`), because a second process cannot import
 # anything defined in a notebook.
 
 # %%
@@ -23,7 +23,8 @@ import torch
 import torch.distributed as dist
 
 from common import SmallCNN, count_parameters, describe_device, get_device, seed_everything
-from common.distributed import launch_env, run_command, setup_distributed, torchrun_command
+from common.ddp.launch import launch_env, run_command, torchrun_command
+from common.ddp.process_group import setup_distributed
 
 generator = seed_everything(0)
 device = get_device()
@@ -48,7 +49,7 @@ print("backends built in:", {name: getattr(dist, f"is_{name}_available")() for n
 #
 # `torchrun` is the launcher: it starts `--nproc_per_node` copies of the script and gives each one the
 # environment variables `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`.
-# `common.distributed.setup_distributed` reads them, picks the backend (NCCL with CUDA, gloo without),
+# `common.ddp.process_group.setup_distributed` reads them, picks the backend (NCCL with CUDA, gloo without),
 # calls `torch.cuda.set_device(local_rank)` *before* `init_process_group` so each rank owns one GPU, and
 # joins the group. Without `torchrun` there are no such variables, and the same function returns a
 # one-process description — which is what this kernel sees:
@@ -66,12 +67,12 @@ assert (info.rank, info.world_size, info.initialized) == (0, 1, False)
 # cores.
 
 # %%
-command = torchrun_command("common.collectives_demo", nproc_per_node=2)
+command = torchrun_command("common.ddp.collectives_demo", nproc_per_node=2)
 print(" ".join(["OMP_NUM_THREADS=1", "torchrun", *command[3:]]))
 
 # %% [markdown]
 # ## Collectives on two processes (beyond the guide — the title's 分布式训练)
-# Each rank runs `common/collectives_demo.py`. The demo gathers every rank's line to rank 0, which prints
+# Each rank runs `common/ddp/collectives_demo.py`. The demo gathers every rank's line to rank 0, which prints
 # them in rank order:
 #
 # - **all_reduce(SUM)** — every rank contributes a tensor, every rank receives the sum (1 + 2 = 3).
@@ -114,7 +115,7 @@ for world_size in (2, 8, 64):
 # no-op. Training code written this way needs no second version for a laptop.
 
 # %%
-single = subprocess.run([sys.executable, "-m", "common.collectives_demo"], capture_output=True,
+single = subprocess.run([sys.executable, "-m", "common.ddp.collectives_demo"], capture_output=True,
                         text=True, env=launch_env(), check=True)
 print(single.stdout.split("== all_reduce")[0])
 assert "world_size=1 backend=None" in single.stdout
@@ -146,7 +147,7 @@ assert torch.equal(dp(torch.ones(2, 3)), dp.module(torch.ones(2, 3)))
 # - A distributed job is N processes running one script; `torchrun` starts them and sets `RANK`,
 #   `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`.
 # - Backend `nccl` for GPUs, `gloo` for CPUs; `set_device(local_rank)` before `init_process_group`, and
-#   `destroy_process_group()` on every exit path (`common.distributed`).
+#   `destroy_process_group()` on every exit path (`common.ddp.process_group`).
 # - `all_reduce`, `broadcast`, `all_gather`, `barrier` are the building blocks; DDP's gradient
 #   averaging is an `all_reduce` that runs during `backward()`.
 # - Prefer DDP to `DataParallel`: one process per device, no per-step model copies, no GIL contention,
@@ -155,7 +156,7 @@ assert torch.equal(dp(torch.ones(2, 3)), dp.module(torch.ones(2, 3)))
 #
 # ## Exercises
 # 1. Run the demo with `--nproc_per_node=3` (edit `nproc_per_node`). Which printed values change, and how?
-# 2. Add a `reduce` (result on one rank only) and a `reduce_scatter` to `common/collectives_demo.py`
+# 2. Add a `reduce` (result on one rank only) and a `reduce_scatter` to `common/ddp/collectives_demo.py`
 #    (copy the file first); which of the four collectives can you build from them?
 # 3. Make rank 1 skip the barrier. What happens, and how long until gloo gives up? (Set a short `timeout`
 #    in `init_process_group` before trying.)

@@ -14,7 +14,7 @@
 # %% [markdown]
 # ## Setup (beyond the guide — the title's 分布式训练)
 # Imports, seed, device, the data, and a fresh folder for this notebook's runs. Every run below is
-# `common/ddp_train.py`, started as a subprocess with `torchrun`; the notebook reads what the run wrote.
+# `common/ddp/train.py`, started as a subprocess with `torchrun`; the notebook reads what the run wrote.
 
 # %%
 import json
@@ -27,10 +27,11 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from common import History, describe_device, ensure_data, get_device, plot_history, seed_everything
-from common.ddp_config import TINY
-from common.ddp_train import main
-from common.distributed import RESTART_SAFE_ENV, ShardSampler, run_command, torchrun_command
-from common.snapshot import read_snapshot
+from common.ddp.config import TINY
+from common.ddp.launch import RESTART_SAFE_ENV, run_command, torchrun_command
+from common.ddp.samplers import ShardSampler
+from common.ddp.snapshot import read_snapshot
+from common.ddp.train import main
 
 generator = seed_everything(0)
 device = get_device()
@@ -41,8 +42,8 @@ print("device:", describe_device(device), "| runs in", RUNS)
 
 # %% [markdown]
 # ## The training entry point (beyond the guide — the title's 分布式训练)
-# `common/ddp_train.py` is one script for every scale: `python -m common.ddp_train` is one process,
-# `torchrun --standalone --nproc_per_node=N -m common.ddp_train` is N. Its steps are named as in
+# `common/ddp/train.py` is one script for every scale: `python -m common.ddp.train` is one process,
+# `torchrun --standalone --nproc_per_node=N -m common.ddp.train` is N. Its steps are named as in
 # torchvision's reference scripts — `build_loaders`, `build_model`, `train_one_epoch`, `evaluate`,
 # `main` — and its settings are one dataclass, `TrainConfig`, from which the command line is built.
 # `--batch-size` is the **global** batch: on 2 ranks each takes half. Two helpers read the log:
@@ -54,11 +55,11 @@ def records(log: Path, event: str) -> list[dict]:
 
 
 def train(name: str, *args: str, nproc: int = 2, **launch) -> Path:
-    """Run common.ddp_train under torchrun into RUNS/name; return that folder."""
+    """Run common.ddp.train under torchrun into RUNS/name; return that folder."""
     out = RUNS / name
     argv = [*args, "--log-file", str(out / "log.jsonl"), "--save-final", str(out / "final.pt")]
     started = time.perf_counter()
-    run_command(torchrun_command("common.ddp_train", argv, nproc_per_node=nproc, **launch),
+    run_command(torchrun_command("common.ddp.train", argv, nproc_per_node=nproc, **launch),
                 timeout=300)
     print(f"{name}: {nproc} process(es), {time.perf_counter() - started:.1f} s")
     return out
@@ -89,7 +90,7 @@ assert sorted(order(0, 1) + order(1, 1)) == list(range(8))
 # ## Validation that counts every image once (beyond the guide — continues §2.2.1 Dataset与DataLoader类)
 # `DistributedSampler` pads the ranks to equal length by *repeating* indices: 13 validation images on 2
 # ranks become 14, and one image is counted twice. Training needs equal lengths (every step all-reduces),
-# evaluation does not, so `ddp_train` evaluates with `common.distributed.ShardSampler` (no padding) on
+# evaluation does not, so `common.ddp.train` evaluates with `common.ddp.samplers.ShardSampler` (no padding) on
 # the plain model, and sums (loss, correct, count) over the ranks once at the end.
 
 # %%
@@ -269,7 +270,7 @@ else:
 # it, NCCL moves the gradients):
 #
 # ```bash
-# torchrun --standalone --nproc_per_node=8 -m common.ddp_train --batch-size 512 --norm syncbatch --amp
+# torchrun --standalone --nproc_per_node=8 -m common.ddp.train --batch-size 512 --norm syncbatch --amp
 # ```
 #
 # On two machines, the same command on each, meeting at a c10d rendezvous on the first:
@@ -277,7 +278,7 @@ else:
 # ```bash
 # export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1   # restart-safe rendezvous store
 # torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 \
-#          --rdzv-id=job42 --max-restarts=3 -m common.ddp_train --snapshot /shared/snap.pt ...
+#          --rdzv-id=job42 --max-restarts=3 -m common.ddp.train --snapshot /shared/snap.pt ...
 # ```
 #
 # The tests run exactly this with two agents on 127.0.0.1 (one process each) and check the result
@@ -290,7 +291,7 @@ print("\n".join(line for line in sbatch if line.startswith(("#SBATCH", "srun", "
 
 # %% [markdown]
 # ## Scaling on this CPU (beyond the guide — the title's 分布式训练)
-# `python -m common.ddp_bench` trains for 25 steps on 1 rank and on 2 ranks (one thread each, the same
+# `python -m common.ddp.bench` trains for 25 steps on 1 rank and on 2 ranks (one thread each, the same
 # 32 images per rank per step, runs alternating) and prints the median samples/s side by side. It takes
 # longer than this notebook should, so here is one run on our 2-core test machine, measured while other
 # jobs shared it (load average ~9, so the absolute numbers are low and noisy; the single runs ranged from
@@ -326,8 +327,8 @@ print("\n".join(line for line in sbatch if line.startswith(("#SBATCH", "srun", "
 #    weights. How large is the difference, and why?
 # 2. Kill one worker by hand (`kill -9 <pid>`) during a run with `--max-restarts=1 --snapshot-every 2
 #    --step-delay 0.5`. What does the log show?
-# 3. Remove `set_epoch` from `common/ddp_train.py` (in a copy) and check which samples each epoch sees.
-# 4. Run `python -m common.ddp_bench --per-rank-batch 8` and `--per-rank-batch 64`. How does the
+# 3. Remove `set_epoch` from `common/ddp/train.py` (in a copy) and check which samples each epoch sees.
+# 4. Run `python -m common.ddp.bench --per-rank-batch 8` and `--per-rank-batch 64`. How does the
 #    scaling change with the batch, and why?
 # 5. The curves of the main run were still rising. Train it for 12 epochs, then with `--schedule cosine`
 #    (no warm-up) at the same `--lr 1e-2`. Which reaches the higher validation accuracy, and why?

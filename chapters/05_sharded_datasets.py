@@ -272,12 +272,12 @@ plt.show()
 
 # %% [markdown]
 # ## Training the Chapter 2 model from shards with DDP (beyond the guide)
-# `common/shard_train.py` trains `SmallCNN` from the shards on every rank, with the Chapter 2 presets
+# `common/shards/train.py` trains `SmallCNN` from the shards on every rank, with the Chapter 2 presets
 # (`V2TrainPreset`, or `V2EvalPreset` with `--no-augment`) and `equalize="pad"`, and prints the batches
 # each rank ran. Multi-process work is launched as a
 # subprocess, exactly as on a real machine:
 #
-#     torchrun --standalone --nproc_per_node=2 -m common.shard_train --shards data/shards/train --val-shards data/shards/val
+#     torchrun --standalone --nproc_per_node=2 -m common.shards.train --shards data/shards/train --val-shards data/shards/val
 #
 # Ten short epochs on 32-pixel images without augmentation (Chapter 1's setting), 16 steps per rank each,
 # about a second per epoch on two CPU cores: enough to show the mechanics (equal batch counts on uneven
@@ -288,7 +288,7 @@ plt.show()
 # %%
 run_file = scratch / "shard_run.json"
 command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "common.shard_train", "--shards", str(SHARD_ROOT / "train"), "--val-shards",
+           "-m", "common.shards.train", "--shards", str(SHARD_ROOT / "train"), "--val-shards",
            str(SHARD_ROOT / "val"), "--num-epochs", "10", "--image-size", "32", "--no-augment",
            "--out", str(run_file)]
 start = time.perf_counter()
@@ -376,6 +376,6 @@ except ShardError as error:
 # ## Exercises
 # 1. With the 15 training shards on 2 ranks, call `plan(num_workers=8)`. Why does `equalize="pad"` refuse, and what does `"drop"` do instead? How many shards would you write for 8 GPUs with 4 workers each?
 # 2. Re-run the shuffle measurement with shards written in CSV (random) order. How large must the buffer be now?
-# 3. Add a `--persistent-workers` flag to `common/shard_train.py` and show that `set_epoch` no longer changes the order. Why?
+# 3. Add a `--persistent-workers` flag to `common/shards/train.py` and show that `set_epoch` no longer changes the order. Why?
 # 4. Train from `webdataset` with `wds.split_by_node`, `wds.split_by_worker` and `.with_epoch(n)`: what plays the role of `equalize` there?
-# 5. Give `common/shard_train.py` a one-cycle learning-rate schedule (as `common.ddp_train --schedule onecycle` has) and compare the last epochs' validation accuracy with this run's.
+# 5. Give `common/shards/train.py` a one-cycle learning-rate schedule (as `common.ddp.train --schedule onecycle` has) and compare the last epochs' validation accuracy with this run's.

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -52,13 +53,40 @@ def load_rgb(path: str | os.PathLike, *, where: str = "") -> Image.Image:
 
     Introduced in chapters/02_1_dataset_dataloader.ipynb.
     """
-    context = f" ({where})" if where else ""
     path = Path(path)  # a NumPy string would show as np.str_('...') in PIL's message
-    try:
+    with decode_errors(describe_image(path, where)):
         with Image.open(path) as image:
             return image.convert("RGB")  # convert() forces the full decode
-    except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as error:
-        raise BadSampleError(f"cannot decode image {path}{context}: {error}") from error
+
+
+#: What PIL (OSError, UnidentifiedImageError, SyntaxError, ValueError) and torchvision.io
+#: (RuntimeError) raise for a missing, corrupt or truncated image.
+DECODE_ERRORS = (OSError, UnidentifiedImageError, SyntaxError, ValueError, RuntimeError)
+
+
+def describe_image(path: str | os.PathLike, where: str = "") -> str:
+    """``"cannot decode image a.jpg (labels.csv line 7)"``: the start of every decode error.
+
+    Introduced in chapters/02_1_dataset_dataloader.ipynb.
+    """
+    return f"cannot decode image {path}" + (f" ({where})" if where else "")
+
+
+@contextmanager
+def decode_errors(message: str, error_type: type[Exception] = BadSampleError) -> Iterator[None]:
+    """Turn any decoding error inside the block into ``error_type(f"{message}: {error}")``.
+
+    The one place that says which library errors mean "this image is broken", for the
+    datasets of chapter 2, the fast decoders of chapter 3 and the shard reader of chapter 5.
+
+    Introduced in chapters/02_1_dataset_dataloader.ipynb.
+    """
+    try:
+        yield
+    except DECODE_ERRORS as error:
+        if isinstance(error, error_type):
+            raise
+        raise error_type(f"{message}: {error}") from error
 
 
 def resolve_inside(root: Path, relative: str, *, where: str) -> Path:

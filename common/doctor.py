@@ -22,9 +22,10 @@ from pathlib import Path
 import torch
 from packaging.version import InvalidVersion, Version
 
-from common.synthetic import SyntheticConfig, default_data_root, verify
+from common.cli import parse_config
+from common.paths import default_data_root, find_repo_root
+from common.synthetic import SyntheticConfig, verify
 
-REPO = Path(__file__).resolve().parents[1]
 #: Below this, DataLoader workers die with "bus error" / "No space left on device".
 SHM_MINIMUM = 512 * 2**20
 #: Below this, several workers with big batches can still run out.
@@ -123,14 +124,16 @@ def gather_facts(data_root: Path | None = None, config: SyntheticConfig | None =
 
     Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
-    minimums = read_minimums(REPO / "requirements.txt", REPO / "requirements-dev.txt")
+    repo = find_repo_root() or Path.cwd()  # an installed copy: the checks then say so
+    minimums = read_minimums(*(path for path in (repo / "requirements.txt",
+                                                 repo / "requirements-dev.txt") if path.is_file()))
     names = sorted(set(minimums) | {"torch", "torchvision", "numpy", "Pillow"})
     cuda = torch.cuda.is_available()
     root = Path(data_root) if data_root is not None else default_data_root() / "shapes"
     total, free = shm_size()
     return Facts(
         python_version=tuple(sys.version_info[:3]), executable=sys.executable,
-        prefix=sys.prefix, conda_prefix=os.environ.get("CONDA_PREFIX"), repo=REPO,
+        prefix=sys.prefix, conda_prefix=os.environ.get("CONDA_PREFIX"), repo=repo,
         in_kernel="ipykernel" in sys.modules,
         common_file=str(Path(__file__).resolve().parent / "__init__.py"),
         packages=installed_versions(names), minimums=minimums, torch_build=_torch_build(),
@@ -335,11 +338,21 @@ def report(checks: list[Check]) -> str:
     return "\n".join([*lines, verdict(checks)])
 
 
-def main() -> int:
+@dataclass
+class DoctorConfig:
+    """``python -m common.doctor`` takes no options; ``--help`` says what it checks."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check this environment and print the report; exit status 1 if a check found a problem.
+
+    Introduced in chapters/01_pytorch_basics.ipynb.
+    """
+    parse_config(DoctorConfig, argv, description=__doc__.splitlines()[0])
     checks = diagnose()
     print(report(checks))
     return 1 if any(c.status == "problem" for c in checks) else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
+from common.cli import option
+from common.paths import default_data_root
 from common.shapes import CLASSES, draw_shape_image
 
 MANIFEST_VERSION = 2  # bump whenever drawing changes, so old datasets are regenerated
@@ -37,12 +39,12 @@ class SyntheticConfig:
     Introduced in chapters/01_pytorch_basics.ipynb.
     """
 
-    seed: int = 0
-    num_train: int = 960
-    num_val: int = 240
-    min_size: int = 200
-    max_size: int = 400
-    jpeg_quality: int = 90
+    seed: int = option(0, "seed of every random choice")
+    num_train: int = option(960, "training images")
+    num_val: int = option(240, "validation images")
+    min_size: int = option(200, "smallest side of an image (pixels)")
+    max_size: int = option(400, "largest side of an image (pixels)")
+    jpeg_quality: int = option(90, "JPEG quality (1-95)")
 
     def count(self, split: str) -> int:
         return {"train": self.num_train, "val": self.num_val}[split]
@@ -66,19 +68,6 @@ class ShapesData:
 
     def imagefolder_dir(self, split: str) -> Path:
         return self.root / "imagefolder" / split
-
-
-def default_data_root() -> Path:
-    """``$COMPANION_DATA`` if set, else ``<repo>/data`` (the repo that holds this package).
-
-    Introduced in chapters/01_pytorch_basics.ipynb.
-    """
-    if os.environ.get("COMPANION_DATA"):
-        return Path(os.environ["COMPANION_DATA"]).expanduser().resolve()
-    repo = Path(__file__).resolve().parents[1]
-    if (repo / "pyproject.toml").is_file():
-        return repo / "data"
-    return Path.home() / ".cache" / "torch-pipelines-companion"
 
 
 def _labels_for(config: SyntheticConfig, split: str) -> np.ndarray:

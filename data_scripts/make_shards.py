@@ -12,29 +12,41 @@ sample count, size and sha256. Deterministic: the same input gives byte-identica
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from common.cli import option, parse_config, positive
 from common.data import CustomImageDataset
-from common.shard_format import write_shards
-from common.synthetic import default_data_root, ensure_data
+from common.paths import default_data_root
+from common.shards.format import write_shards
+from common.synthetic import ensure_data
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--csv", type=Path, help="annotations CSV (file_name,label); "
-                        "default: both splits of the synthetic dataset")
-    parser.add_argument("--images", type=Path, help="folder the CSV's file names are relative to")
-    parser.add_argument("--out", type=Path, help="output folder; without --csv, <out>/train and <out>/val "
-                        "(default data/shards)")
-    parser.add_argument("--shard-size", type=int, default=100, help="samples per shard")
-    parser.add_argument("--prefix", default="shard", help="shard file name prefix")
-    args = parser.parse_args(argv)
-    if args.csv is not None and (args.images is None or args.out is None):
-        parser.error("--csv needs --images and --out")
-    return args
+@dataclass
+class MakeShardsConfig:
+    """The command line of ``data_scripts/make_shards.py``."""
+
+    csv: Path | None = option(None, "annotations CSV (file_name,label); default: both splits of "
+                              "the synthetic dataset")
+    images: Path | None = option(None, "folder the CSV's file names are relative to")
+    out: Path | None = option(None, "output folder; without --csv, <out>/train and <out>/val "
+                              "(default: data/shards)")
+    shard_size: int = option(100, "samples per shard")
+    prefix: str = option("shard", "shard file name prefix")
+
+
+def _check(config: MakeShardsConfig) -> dict[str, str]:
+    problems = positive(config, "shard_size")
+    if config.csv is not None and (config.images is None or config.out is None):
+        problems["csv"] = "--csv needs --images and --out"
+    return problems
+
+
+def parse_args(argv: list[str] | None = None) -> MakeShardsConfig:
+    return parse_config(MakeShardsConfig, argv, description=__doc__.splitlines()[0],
+                        validate=_check)
 
 
 def convert(csv: Path, images: Path, out: Path, *, shard_size: int, prefix: str,
@@ -51,17 +63,18 @@ def convert(csv: Path, images: Path, out: Path, *, shard_size: int, prefix: str,
     return manifest
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.csv is not None:
         convert(args.csv, args.images, args.out, shard_size=args.shard_size, prefix=args.prefix)
-        return
+        return 0
     data = ensure_data(verbose=False)
     root = args.out or default_data_root() / "shards"
     for split in ("train", "val"):
         convert(data.labels_csv(split), data.images_dir(split), root / split,
                 shard_size=args.shard_size, prefix=args.prefix, classes=data.classes)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -9,33 +9,34 @@ Deterministic: the same options give byte-identical files on the same library ve
 
 from __future__ import annotations
 
-import argparse
 import time
-from dataclasses import fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from common.synthetic import SyntheticConfig, default_data_root, ensure_data, generate
+from common.cli import option, parse_config, positive
+from common.paths import default_data_root
+from common.synthetic import SyntheticConfig, ensure_data, generate
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=None,
-                        help="dataset folder (default: data/shapes in the repository)")
-    parser.add_argument("--force", action="store_true", help="regenerate even if intact")
-    for field in fields(SyntheticConfig):
-        parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=field.default)
-    return parser.parse_args(argv)
+@dataclass(frozen=True)
+class MakeDataConfig(SyntheticConfig):
+    """The generator's settings plus where to write and whether to regenerate anyway."""
+
+    root: Path | None = option(None, "dataset folder (default: data/shapes in the repository)")
+    force: bool = option(False, "regenerate even if intact")
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    config = SyntheticConfig(**{f.name: getattr(args, f.name) for f in fields(SyntheticConfig)})
+def main(argv: list[str] | None = None) -> int:
+    args = parse_config(MakeDataConfig, argv, description=__doc__.splitlines()[0],
+                        validate=lambda c: positive(c, "num_train", "num_val", "min_size"))
+    config = SyntheticConfig(**{f.name: asdict(args)[f.name] for f in fields(SyntheticConfig)})
     root = args.root or default_data_root() / "shapes"
     start = time.perf_counter()
     data = generate(root, config) if args.force else ensure_data(root, config)
     print(f"{data.root}: {config.num_train} train + {config.num_val} val images "
           f"({time.perf_counter() - start:.1f} s)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

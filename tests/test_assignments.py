@@ -1,4 +1,4 @@
-"""common.assignments: instructor sources follow the conventions; student versions are safe to hand out."""
+"""course.assignments: instructor sources follow the conventions; student versions are safe to hand out."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from common.assignments import (
+from course.assignments import (
     BEGIN_HIDDEN,
     BEGIN_SOLUTION,
     AssignmentFormatError,

@@ -1,4 +1,4 @@
-"""common.benchmark: the quick mode writes a well-formed CSV and chart and prints the table."""
+"""common.fast.benchmark: the quick mode writes a well-formed CSV and chart and prints the table."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from common.benchmark import (
+from common.fast.benchmark import (
     COLUMNS,
     GUIDE,
     LIMIT,
@@ -27,7 +27,7 @@ from common.benchmark import (
 def test_quick_mode_writes_csv_chart_and_table(tmp_path):
     out = tmp_path / "bench"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    run = subprocess.run([sys.executable, "-m", "common.benchmark", "--quick", "--out",
+    run = subprocess.run([sys.executable, "-m", "common.fast.benchmark", "--quick", "--out",
                           str(out)], capture_output=True, text=True, timeout=240, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     table = pd.read_csv(out / "benchmark.csv")

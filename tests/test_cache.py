@@ -1,4 +1,4 @@
-"""common.cache: built once, rebuilt when the source changes, damage detected."""
+"""common.fast.cache: built once, rebuilt when the source changes, damage detected."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from common.cache import (
+from common.data import CustomImageDataset
+from common.fast.cache import (
     CacheConfig,
     CachedImageDataset,
     CacheError,
@@ -18,8 +19,7 @@ from common.cache import (
     open_cache,
     verify_cache,
 )
-from common.data import CustomImageDataset
-from common.fastdata import BatchNormalize
+from common.fast.pipeline import BatchNormalize
 from common.transforms import ClassicEvalPreset
 
 

@@ -1,4 +1,4 @@
-"""Tests for common/ddp_train.py: equivalence, no_sync, resume, restart, multi-node, bad input.
+"""Tests for common/ddp/train.py: equivalence, no_sync, resume, restart, multi-node, bad input.
 
 Multi-process tests launch ``torchrun`` as a subprocess with the gloo backend on the CPU.
 """
@@ -14,9 +14,9 @@ import psutil
 import pytest
 import torch
 
-from common.ddp_config import TINY, TrainConfig, parse_config
-from common.ddp_train import build_scheduler, main
-from common.distributed import free_port, launch_env, run_command, torchrun_command
+from common.ddp.config import TINY, TrainConfig, parse_config
+from common.ddp.launch import free_port, launch_env, run_command, torchrun_command
+from common.ddp.train import build_scheduler, main
 from common.synthetic import SyntheticConfig, ensure_data
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own DDP tests
@@ -58,8 +58,8 @@ def one_process(data13, tmp_path_factory):
 
 
 def test_tiny_fills_in_only_what_no_flag_gives():
-    config = parse_config(["--tiny", "--epochs", "5", "--no-augment", "--norm", "batch"])
-    assert (config.epochs, config.augment, config.norm) == (5, False, "batch")
+    config = parse_config(["--tiny", "--num-epochs", "5", "--no-augment", "--norm", "batch"])
+    assert (config.num_epochs, config.augment, config.norm) == (5, False, "batch")
     assert config.batch_size == TINY["batch_size"] != TrainConfig().batch_size
     with pytest.raises(SystemExit):
         parse_config(["--norm", "layer"])
@@ -127,7 +127,7 @@ def test_onecycle_run_resumes_exactly(data13, one_process, tmp_path):
 
 
 def _torchrun(data, out, *extra, nproc=2, max_restarts=0) -> subprocess.CompletedProcess:
-    command = torchrun_command("common.ddp_train", _args(data, out, *extra),
+    command = torchrun_command("common.ddp.train", _args(data, out, *extra),
                                nproc_per_node=nproc, max_restarts=max_restarts)
     return run_command(command, timeout=120)
 
@@ -167,7 +167,7 @@ def _wait_for(predicate, process, timeout: float = 90) -> None:
 
 def _worker(agent_pid: int, rank: str) -> psutil.Process:
     for child in psutil.Process(agent_pid).children(recursive=True):
-        if "common.ddp_train" in child.cmdline() and child.environ().get("RANK") == rank:
+        if "common.ddp.train" in child.cmdline() and child.environ().get("RANK") == rank:
             return child
     raise AssertionError(f"no worker with RANK={rank} under {agent_pid}")
 
@@ -176,7 +176,7 @@ def _worker(agent_pid: int, rank: str) -> psutil.Process:
 def test_sigkilled_worker_restarts_from_snapshot(data13, two_ranks, tmp_path):
     args = _args(data13, tmp_path, "--snapshot", str(tmp_path / "snap.pt"),
                  "--snapshot-every", "2", "--step-delay", "0.4")
-    agent = subprocess.Popen(torchrun_command("common.ddp_train", args, max_restarts=1),
+    agent = subprocess.Popen(torchrun_command("common.ddp.train", args, max_restarts=1),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env=launch_env())
     log = tmp_path / "log.jsonl"
@@ -203,7 +203,7 @@ def test_simulated_failure_restarts_and_finishes(data13, two_ranks, tmp_path):
 @pytest.mark.slow
 def test_two_agents_on_loopback_train_together(data13, one_process, tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
-    agents = [subprocess.Popen(torchrun_command("common.ddp_train", _args(data13, tmp_path),
+    agents = [subprocess.Popen(torchrun_command("common.ddp.train", _args(data13, tmp_path),
                                                 nproc_per_node=1, nnodes=2, rdzv_endpoint=endpoint,
                                                 rdzv_id="loopback"),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -8,18 +8,14 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from common.distributed import (
-    ResumableDistributedSampler,
-    ShardSampler,
+from common.ddp.launch import free_port, launch_env, run_command, torchrun_command
+from common.ddp.process_group import (
     all_reduce_sum,
-    free_port,
     gather_objects,
     is_main_process,
-    launch_env,
-    run_command,
     setup_distributed,
-    torchrun_command,
 )
+from common.ddp.samplers import ResumableDistributedSampler, ShardSampler
 
 
 @pytest.mark.parametrize(("size", "world_size"), [(13, 2), (13, 3), (4, 4), (2, 3)])
@@ -58,7 +54,7 @@ def test_without_torchrun_one_process_and_no_group(monkeypatch):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
     info = setup_distributed(device_type="cpu")
-    assert (info.rank, info.world_size, info.initialized, info.is_main) == (0, 1, False, True)
+    assert (info.rank, info.world_size, info.initialized, is_main_process()) == (0, 1, False, True)
     assert is_main_process()
     values = torch.tensor([1.0, 2.0])
     summed = all_reduce_sum(values)
@@ -89,7 +85,7 @@ def test_torchrun_command_forms():
 
 @pytest.mark.slow
 def test_collectives_on_two_processes():
-    done = run_command(torchrun_command("common.collectives_demo", nproc_per_node=2))
+    done = run_command(torchrun_command("common.ddp.collectives_demo", nproc_per_node=2))
     lines = done.stdout.splitlines()
     section = {title: lines[i + 1: i + 3] for i, title in enumerate(lines) if title.startswith("==")}
     assert "  rank 0: before=1" in lines and "  rank 1: before=2" in lines

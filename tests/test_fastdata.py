@@ -1,4 +1,4 @@
-"""common.fastdata: the uint8 formulations reproduce the guide's eval tensors."""
+"""common.fast.pipeline: the uint8 formulations reproduce the guide's eval tensors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from PIL import Image, ImageDraw
 from torchvision import transforms
 
 from common.data import BadSampleError, CustomImageDataset
-from common.fastdata import (
+from common.fast.pipeline import (
     BatchNormalize,
     BatchRandomFlip,
     DraftPilDecoder,

@@ -1,4 +1,4 @@
-"""common.grading: prepared submissions grade to the expected points; broken ones are contained."""
+"""course.grading: prepared submissions grade to the expected points; broken ones are contained."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from common.assignments import EXERCISES_DIR, exercises_of, student_version
-from common.grading import GradingConfig, grade, graded_notebook, write_report
+from course.assignments import exercises_dir, exercises_of, student_version
+from course.grading import GradingConfig, grade, graded_notebook, write_report
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "submissions"
 #: Points each prepared submission must score; written by fixtures/submissions/make_submissions.py.
@@ -33,12 +33,13 @@ UNSANDBOXED = ("alice", "blank", "bob", "carol", "eve")
 
 
 def _copy_repo(root: Path) -> Path:
-    """The parts of the repository a graded kernel sees: `common` and the ex01 source."""
-    shutil.copytree(REPO / "common", root / "common",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    """The parts of the repository a graded kernel sees: `common`, `course` and the ex01 source."""
+    for package in ("common", "course"):
+        shutil.copytree(REPO / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
     (root / "chapters" / "exercises").mkdir(parents=True)
     for suffix in (".ipynb", ".py"):
-        shutil.copy(EXERCISES_DIR / NAME.replace(".ipynb", suffix), root / "chapters" / "exercises")
+        shutil.copy(exercises_dir() / NAME.replace(".ipynb", suffix), root / "chapters" / "exercises")
     return root
 
 
@@ -104,7 +105,7 @@ def test_each_submission_scores_exactly_the_expected_points(graded):
     assert totals == {**{k: float(v) for k, v in EXPECTED.items()},
                       "blank": 0.0, "mallory": 0.0}, graded["results"]
     # The instructor's answers (in every submission but the broken exercises) pass the hidden checks.
-    exercises = exercises_of(nbformat.read(EXERCISES_DIR / NAME, as_version=4))
+    exercises = exercises_of(nbformat.read(exercises_dir() / NAME, as_version=4))
     for exercise in exercises:
         rows = [r for r in graded["results"] if r.exercise == f"{Path(NAME).stem}/{exercise.key}"]
         assert {r.max_points for r in rows} == {exercise.points}, rows
@@ -162,7 +163,7 @@ def test_without_sandbox_changes_are_detected_and_undone(graded):
 
 
 def test_only_answer_cells_come_from_the_submission():
-    source = nbformat.read(EXERCISES_DIR / NAME, as_version=4)
+    source = nbformat.read(exercises_dir() / NAME, as_version=4)
     exercises = exercises_of(source)
     submission = student_version(source)
     first = exercises[0]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from common.data import CustomImageDataset
-from common.shard_format import file_sha256, read_shard
+from common.shards.format import file_sha256, read_shard
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data_scripts" / "make_shards.py"
 
@@ -20,6 +20,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "data_scripts" / "make_shards.py"
 def _load_script():
     spec = importlib.util.spec_from_file_location("make_shards", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their annotations through it
     spec.loader.exec_module(module)
     return module
 

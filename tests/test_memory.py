@@ -1,11 +1,11 @@
-"""common.memory: copy-on-read grows list-index workers, not NumPy-index workers."""
+"""common.fast.memory: copy-on-read grows list-index workers, not NumPy-index workers."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from common.memory import (
+from common.fast.memory import (
     ArrayIndexDataset,
     ListIndexDataset,
     make_index,

@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from common.notebooks import problems
+from course.notebooks import problems
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "chapters").glob("*.ipynb")) + sorted(

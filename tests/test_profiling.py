@@ -1,4 +1,4 @@
-"""common.profiling: the data-wait meter on loaders with known artificial delays."""
+"""common.fast.profiling: the data-wait meter on loaders with known artificial delays."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from common.profiling import STAGES, DataWaitMeter, time_stages
+from common.fast.profiling import STAGES, DataWaitMeter, time_stages
 
 
 class SleepyDataset(Dataset):

@@ -1,4 +1,4 @@
-"""common.sandbox: the file guard reports and undoes changes; the sandbox is probed, not assumed."""
+"""course.sandbox: the file guard reports and undoes changes; the sandbox is probed, not assumed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from common.sandbox import FileGuard, PrefixedKernelManager, bwrap_prefix, choose_sandbox
+from course.sandbox import FileGuard, PrefixedKernelManager, bwrap_prefix, choose_sandbox
 
 
 def test_file_guard_reports_and_undoes_every_kind_of_change(tmp_path):

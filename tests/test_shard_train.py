@@ -1,4 +1,4 @@
-"""Tests for common/shard_train.py: DDP training from uneven shards never hangs."""
+"""Tests for common/shards/train.py: DDP training from uneven shards never hangs."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from common import shard_train
 from common.data import CustomImageDataset
+from common.shards import train as shard_train
 from common.shards import write_shards
 
 
@@ -27,8 +27,9 @@ def tiny_shards(tiny_data, tmp_path_factory):
 
 
 def test_single_process_run(tiny_shards):
-    history = shard_train.main(["--tiny", "--shards", str(tiny_shards / "train"),
-                                "--val-shards", str(tiny_shards / "val"), "--equalize", "none"])
+    config = shard_train.parse_args(["--tiny", "--shards", str(tiny_shards / "train"),
+                                     "--val-shards", str(tiny_shards / "val"), "--equalize", "none"])
+    history = shard_train.train(config)
     assert len(history) == 2
     assert [epoch["samples_per_rank"] for epoch in history] == [[24], [24]]
     assert all(0.0 <= epoch["val_acc"] <= 1.0 for epoch in history)
@@ -39,7 +40,7 @@ def test_single_process_run(tiny_shards):
 def test_two_ranks_uneven_shards_equal_batches(tiny_shards, tmp_path, policy):
     out = tmp_path / "run.json"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node=2", "-m", "common.shard_train", "--tiny",
+               "--nproc_per_node=2", "-m", "common.shards.train", "--tiny",
                "--shards", str(tiny_shards / "train"), "--val-shards", str(tiny_shards / "val"),
                "--equalize", policy, "--out", str(out)]
     # A rank that runs out of batches first would leave the other waiting forever: on a

@@ -1,4 +1,4 @@
-"""Tests for common/site.py: a site built from tiny notebooks, then opened in a real browser."""
+"""Tests for course/site.py: a site built from tiny notebooks, then opened in a real browser."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from nbclient import NotebookClient
 from PIL import Image
 
-from common.site import (
+from course.site import (
     MARKER,
     build_site,
     freeze_widgets,
@@ -131,7 +131,7 @@ def test_pages_written_and_unexecuted_notebook_reported(site):
     for page in ("index.html", "glossary.html", "troubleshooting.html", *[c.page for c in chapters]):
         assert (out / page).is_file(), page
     assert not (out / "03_draft.html").exists()
-    assert warnings == ["chapters/03_draft.ipynb: not executed (run `python -m common.notebooks "
+    assert warnings == ["chapters/03_draft.ipynb: not executed (run `python -m course.notebooks "
                         "build` on it)"]
 
 

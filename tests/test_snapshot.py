@@ -1,4 +1,4 @@
-"""Tests for common/snapshot.py: round trip, atomic writes, refusing bad files."""
+"""Tests for common/ddp/snapshot.py: round trip, atomic writes, refusing bad files."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from common.snapshot import (
+from common.ddp.snapshot import (
     Position,
     SnapshotError,
     atomic_save,
@@ -115,7 +115,7 @@ def test_refuses_a_plain_state_dict_and_a_missing_file(tmp_path):
 
 _WRITER = """
 import sys, torch
-from common.snapshot import atomic_save
+from common.ddp.snapshot import atomic_save
 version = 0
 while True:
     atomic_save({"version": torch.tensor(version),

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from common import SmallCNN, count_parameters, get_device, seed_everything
-from common.assignments import checks
+from course.assignments import checks
 
 seed_everything(0)
 device = get_device()

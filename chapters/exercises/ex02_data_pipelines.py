@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets, transforms
 
 from common import CustomImageDataset, SyntheticConfig, ensure_data, get_device, seed_everything
-from common.assignments import checks
+from course.assignments import checks
 
 generator = seed_everything(0)
 device = get_device()

@@ -44,7 +44,7 @@ from common import (
     get_device,
     seed_everything,
 )
-from common.assignments import checks
+from course.assignments import checks
 
 seed_everything(0)
 device = get_device()

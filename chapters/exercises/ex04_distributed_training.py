@@ -33,7 +33,7 @@ from torch import nn
 from torch.utils.data import DistributedSampler
 
 from common import get_device, seed_everything
-from common.assignments import checks
+from course.assignments import checks
 
 seed_everything(0)
 device = get_device()
@@ -288,4 +288,4 @@ assert compare_with_full_batch(5, 1), "five micro-batches of one must give the f
 #
 # ## Exercises
 # Further practice, not graded: put these pieces into a `torchrun` script with two CPU processes
-# (`gloo`) and check that its weights match a one-process run (see `common.ddp_train`).
+# (`gloo`) and check that its weights match a one-process run (see `common.ddp.train`).

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from common import get_device, seed_everything
-from common.assignments import checks
+from course.assignments import checks
 
 seed_everything(0)
 device = get_device()

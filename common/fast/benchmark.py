@@ -2,13 +2,13 @@
 
 Run it::
 
-    python -m common.benchmark --out build/bench            # about a minute on 2 cores
-    python -m common.benchmark --out build/bench --quick    # a few seconds, tiny data
+    python -m common.fast.benchmark --out build/bench            # about a minute on 2 cores
+    python -m common.fast.benchmark --out build/bench --quick    # a few seconds, tiny data
 
 In one run, on the same image files, it measures (a) the guide's eval pipeline exactly as
 written (``CustomImageDataset`` + PIL + ``Resize(256)``, ``CenterCrop(224)``, ``ToTensor``,
-``Normalize``, per sample), (b) each faster formulation of ``common.fastdata`` /
-``common.cache`` at several ``num_workers``, and (c) the limit: normalizing already-decoded
+``Normalize``, per sample), (b) each faster formulation of ``common.fast.pipeline`` /
+``common.fast.cache`` at several ``num_workers``, and (c) the limit: normalizing already-decoded
 uint8 batches of the same shape straight from memory. Every variant ends in the same
 normalized float32 batch. Configurations are timed round-robin (so a busy moment on a
 shared machine hits all of them alike) and the median of the repeats is reported.
@@ -18,7 +18,6 @@ Writes ``benchmark.csv`` (``pipeline,num_workers,images_per_s,speedup_vs_guide``
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -34,9 +33,15 @@ from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, Subset
 from tqdm.auto import tqdm
 
-from common.cache import CacheConfig, CachedImageDataset, ensure_cache
+from common.cli import option, parse_config, positive
 from common.data import CustomImageDataset
-from common.fastdata import BatchNormalize, NormalizedLoader, Uint8EvalDataset, make_fast_loader
+from common.fast.cache import CacheConfig, CachedImageDataset, ensure_cache
+from common.fast.pipeline import (
+    BatchNormalize,
+    NormalizedLoader,
+    Uint8EvalDataset,
+    make_fast_loader,
+)
 from common.synthetic import ShapesData, SyntheticConfig, ensure_data
 from common.transforms import ClassicEvalPreset
 
@@ -54,25 +59,28 @@ class BenchConfig:
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
 
-    out: Path = Path("build/bench")
-    data_root: Path | None = None
-    num_images: int = 640
-    batch_size: int = 32
-    repeats: int = 5
-    num_workers: tuple[int, ...] = (0, 1, 2)
-    min_seconds: float = 0.25  # a timed repeat runs whole epochs for at least this long
-    resize_size: int = 256
-    crop_size: int = 224
-    formulations: tuple[str, ...] = ("pil_draft_uint8", "torchvision_uint8", "cache_batched")
-    threads: int = 1  # intra-op threads of the main process, as in each DataLoader worker
-    quick: bool = False
-    progress: bool = True
+    out: Path = option(Path("build/bench"), "output folder (CSV, PNG, JSON)")
+    data_root: Path | None = option(None, "a generated shapes dataset (default: the repository's data)")
+    num_images: int = option(640, "images per epoch")
+    batch_size: int = option(32, "images per batch")
+    repeats: int = option(5, "round-robin repeats of every pipeline (the median is reported)")
+    num_workers: tuple[int, ...] = option((0, 1, 2), "DataLoader worker counts to measure", nargs="+")
+    min_seconds: float = option(0.25, "a timed repeat runs whole epochs for at least this long")
+    resize_size: int = option(256, "resize of the eval transform")
+    crop_size: int = option(224, "centre crop of the eval transform")
+    formulations: tuple[str, ...] = option(("pil_draft_uint8", "torchvision_uint8", "cache_batched"),
+                                           "the faster formulations to compare", nargs="+")
+    threads: int = option(1, "intra-op threads of the main process, as in each DataLoader worker")
+    quick: bool = option(False, "tiny data, a few seconds (given flags still win)")
+    progress: bool = option(True, "show progress bars")
 
     @classmethod
     def quick_config(cls, **overrides) -> BenchConfig:
-        settings = {"num_images": 32, "batch_size": 8, "repeats": 2, "num_workers": (0, 1),
-                    "min_seconds": 0.02, "quick": True, **overrides}
-        return cls(**settings)
+        return cls(**{**QUICK, "quick": True, **overrides})
+
+
+#: What ``--quick`` changes (flags given on the command line still win).
+QUICK = {"num_images": 32, "batch_size": 8, "repeats": 2, "num_workers": (0, 1), "min_seconds": 0.02}
 
 
 @dataclass
@@ -268,21 +276,9 @@ def run_benchmark(config: BenchConfig) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=BenchConfig.out)
-    parser.add_argument("--quick", action="store_true", help="tiny data, a few seconds")
-    parser.add_argument("--data-root", type=Path, default=None,
-                        help="a generated shapes dataset (default: the repository's data)")
-    parser.add_argument("--num-images", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="intra-op threads of the main process (default 1)")
-    args = parser.parse_args(argv)
-    overrides = {key: value for key, value in (("num_images", args.num_images),
-                                               ("repeats", args.repeats),
-                                               ("threads", args.threads)) if value is not None}
-    overrides.update(out=args.out, data_root=args.data_root)
-    config = BenchConfig.quick_config(**overrides) if args.quick else BenchConfig(**overrides)
+    config = parse_config(BenchConfig, argv, description=__doc__.splitlines()[0],
+                          presets={"quick": QUICK},
+                          validate=lambda c: positive(c, "num_images", "batch_size", "repeats"))
     table = run_benchmark(config)
     print(table.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     result = verdict(table)

@@ -1,7 +1,6 @@
 """A streaming ``ShardedImageDataset`` over tar shards, and how it splits them.
 
-The shard format (writer, manifest, safe reader) lives in ``common.shard_format``; its
-names are re-exported here, so ``from common.shards import read_manifest`` keeps working.
+The shard format (writer, manifest, safe reader) lives in ``common.shards.format``.
 
 Splitting: the (seeded, per-epoch) shard order is dealt out by rank first, then by
 DataLoader worker: consumer ``(rank, worker)`` reads ``order[rank::world_size][worker::W]``.
@@ -19,41 +18,14 @@ import pandas as pd
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
-from common.shard_format import (
-    IMAGE_EXTENSIONS,
-    MANIFEST_NAME,
-    MAX_MEMBER_BYTES,
-    ShardError,
+from common.shards.format import (
     ShardInfo,
     ShardRecord,
     decode_image,
-    ensure_shards,
-    file_sha256,
     read_manifest,
     read_shard,
     verify_shards,
-    write_shards,
 )
-
-__all__ = [
-    "IMAGE_EXTENSIONS",
-    "MANIFEST_NAME",
-    "MAX_MEMBER_BYTES",
-    "POLICIES",
-    "ShardError",
-    "ShardInfo",
-    "ShardRecord",
-    "ShardedImageDataset",
-    "decode_image",
-    "ensure_shards",
-    "file_sha256",
-    "read_manifest",
-    "read_shard",
-    "split_shards",
-    "verify_shards",
-    "worker_quotas",
-    "write_shards",
-]
 
 POLICIES = ("pad", "drop", "none")
 

@@ -9,7 +9,7 @@ follow nbgrader's conventions, so an instructor with nbgrader can use them direc
   visible checks inside ``with checks("Exercise N"):``, then hidden checks between
   ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS``.
 
-Without nbgrader, ``python -m common.assignments build --out build/assignments`` writes the
+Without nbgrader, ``python -m course.assignments build --out build/assignments`` writes the
 student versions: solutions replaced by ``raise NotImplementedError()`` (or ``name = ...``
 when the solution is only simple assignments), hidden checks removed, outputs cleared.
 ``checks`` reports an exercise that raises ``NotImplementedError`` as "not yet done"
@@ -19,7 +19,6 @@ are outside ``checks``, still fail such an exercise when it is graded.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import copy
 import json
@@ -32,8 +31,18 @@ from pathlib import Path
 
 import nbformat
 
+from common.cli import option, parse_config
+from common.paths import chapters_dir
+
 #: Where the instructor sources live.
-EXERCISES_DIR = Path(__file__).resolve().parents[1] / "chapters" / "exercises"
+
+
+def exercises_dir() -> Path:
+    """``<repo>/chapters/exercises``, where the instructor sources live.
+
+    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
+    """
+    return chapters_dir() / "exercises"
 
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
@@ -230,12 +239,12 @@ def student_version(nb: nbformat.NotebookNode, *, name: str = "notebook") -> nbf
     return student
 
 
-def instructor_sources(root: Path = EXERCISES_DIR) -> list[Path]:
+def instructor_sources(root: Path | None = None) -> list[Path]:
     """The instructor notebooks ``exNN_*.ipynb`` under ``root``, sorted.
 
     Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
-    return sorted(Path(root).glob("ex[0-9][0-9]_*.ipynb"))
+    return sorted(Path(root or exercises_dir()).glob("ex[0-9][0-9]_*.ipynb"))
 
 
 def build(out: Path, sources: list[Path]) -> dict[str, dict]:
@@ -260,13 +269,22 @@ def build(out: Path, sources: list[Path]) -> dict[str, dict]:
     return manifest
 
 
+@dataclass
+class AssignmentsConfig:
+    """The command line of ``python -m course.assignments``.
+
+    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
+    """
+
+    command: str = option("build", "build: write student versions; list: show exercises and points",
+                          choices=("build", "list"), positional=True, nargs="?")
+    out: Path = option(Path("build/assignments"), "output folder of the student versions")
+    sources: Path | None = option(None, "folder of instructor sources (default: chapters/exercises)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["build", "list"])
-    parser.add_argument("--out", type=Path, default=Path("build/assignments"))
-    parser.add_argument("--sources", type=Path, default=EXERCISES_DIR,
-                        help="folder of instructor sources (default chapters/exercises)")
-    args = parser.parse_args(argv)
+    args = parse_config(AssignmentsConfig, argv, description=__doc__.splitlines()[0])
+    args.sources = args.sources or exercises_dir()
     sources = instructor_sources(args.sources)
     if not sources:
         print(f"no exercise notebooks (ex01_*.ipynb ...) in {args.sources}", file=sys.stderr)
@@ -284,4 +302,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

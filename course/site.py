@@ -1,6 +1,6 @@
-"""A static, offline website of the executed chapter notebooks: ``python -m common.site``.
+"""A static, offline website of the executed chapter notebooks: ``python -m course.site``.
 
-``make html`` runs ``python -m common.site --out build/html``. Every page is made by
+``make html`` runs ``python -m course.site --out build/html``. Every page is made by
 nbconvert's HTML exporter (the stock ``lab`` template) from a notebook: the chapters
 themselves, plus a landing page (the chapter map, notebook <-> guide sections), the
 glossary and the troubleshooting guide, each wrapped as a one-cell Markdown notebook.
@@ -12,7 +12,6 @@ are embedded as data URIs and no script is loaded from a CDN (MathJax only on re
 
 from __future__ import annotations
 
-import argparse
 import html
 import posixpath
 import re
@@ -23,6 +22,9 @@ from pathlib import Path
 
 import nbformat
 from nbconvert import HTMLExporter
+
+from common.cli import option, parse_config
+from common.paths import repo_root
 
 MARKER = ".companion-site"
 DOCS = {"GLOSSARY.md": ("glossary.html", "Glossary / 术语表"),
@@ -221,7 +223,7 @@ def find_chapters(root: Path, *, with_exercises: bool = True) -> tuple[list[Chap
         source = path.relative_to(root).as_posix()
         nb = nbformat.read(path, as_version=4)
         if not is_executed(nb):
-            skipped.append(f"{source}: not executed (run `python -m common.notebooks build` on it)")
+            skipped.append(f"{source}: not executed (run `python -m course.notebooks build` on it)")
             continue
         title, sections = parse_first_cell(nb, source)
         page = posixpath.join(*Path(source).parent.parts[1:], path.stem + ".html")
@@ -231,11 +233,11 @@ def find_chapters(root: Path, *, with_exercises: bool = True) -> tuple[list[Chap
 
 def _prepare_out(out: Path) -> None:
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
-        raise FileExistsError(f"{out} is not empty and was not written by common.site; "
+        raise FileExistsError(f"{out} is not empty and was not written by course.site; "
                               "pick another --out or empty it")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    (out / MARKER).write_text("written by `python -m common.site`; rebuilt on every run\n")
+    (out / MARKER).write_text("written by `python -m course.site`; rebuilt on every run\n")
 
 
 def _write(exporter: HTMLExporter, nb: nbformat.NotebookNode, out: Path, page: str) -> None:
@@ -295,16 +297,21 @@ def build_site(root: Path, out: Path, *, with_exercises: bool = True,
     return chapters, list(dict.fromkeys(warnings))
 
 
+@dataclass
+class SiteConfig:
+    """The command line of ``python -m course.site``."""
+
+    out: Path = option(Path("build/html"), "output folder")
+    root: Path | None = option(None, "the repository (default: found from here)")
+    exercises: bool = option(True, "include chapters/exercises")
+    mathjax_url: str = option("", "load MathJax from here (needs it reachable; default: none, "
+                              "the site stays offline)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("build/html"), help="output folder")
-    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
-                        help="the repository (default: the one holding this package)")
-    parser.add_argument("--no-exercises", action="store_true", help="leave chapters/exercises out")
-    parser.add_argument("--mathjax-url", default="", help="load MathJax from here (needs it "
-                        "reachable; default: none, the site stays offline)")
-    args = parser.parse_args(argv)
-    chapters, warnings = build_site(args.root, args.out, with_exercises=not args.no_exercises,
+    args = parse_config(SiteConfig, argv, description=__doc__.splitlines()[0])
+    args.root = args.root or repo_root()
+    chapters, warnings = build_site(args.root, args.out, with_exercises=args.exercises,
                                     mathjax_url=args.mathjax_url)
     for chapter in chapters:
         print(f"{chapter.source} -> {args.out / chapter.page}")
@@ -316,4 +323,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

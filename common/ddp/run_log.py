@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.distributed import DistInfo
+from common.ddp.process_group import DistInfo, is_main_process
 
 
 class RunLog:
@@ -22,7 +22,7 @@ class RunLog:
         self.attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
     def write(self, event: str, **values) -> None:
-        if not self.info.is_main:
+        if not is_main_process():
             return
         record = {"event": event, "attempt": self.attempt, "time": round(time.time(), 3), **values}
         print(json.dumps(record), flush=True)

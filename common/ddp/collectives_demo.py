@@ -1,7 +1,7 @@
 """The four collectives, and DDP's gradient averaging, run for real on N processes.
 
-    torchrun --standalone --nproc_per_node=2 -m common.collectives_demo
-    python -m common.collectives_demo          # one process: world_size 1, no process group
+    torchrun --standalone --nproc_per_node=2 -m common.ddp.collectives_demo
+    python -m common.ddp.collectives_demo          # one process: world_size 1, no process group
 
 Every rank computes; rank 0 prints what all ranks hold, in rank order (the ranks'
 lines are gathered first, so the output does not interleave).
@@ -11,17 +11,26 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from common.distributed import DistInfo, cleanup_distributed, gather_objects, setup_distributed
+from common.cli import parse_config
+from common.ddp.process_group import (
+    DistInfo,
+    cleanup_distributed,
+    gather_objects,
+    is_main_process,
+    setup_distributed,
+    wrap_model,
+)
 
 
 def _show(info: DistInfo, title: str, line: str) -> None:
     lines = gather_objects(line)
-    if info.is_main:
+    if is_main_process():
         print(f"== {title}")
         for rank, text in enumerate(lines):
             print(f"  rank {rank}: {text}")
@@ -48,7 +57,7 @@ def demo_collectives(info: DistInfo) -> None:
         dist.all_reduce(value, op=dist.ReduceOp.SUM)
     _show(info, "all_reduce(SUM) of rank + 1", f"after={value.item():.0f}")
 
-    message = torch.tensor([42.0, 7.0] if info.is_main else [0.0, 0.0], device=info.device)
+    message = torch.tensor([42.0, 7.0] if is_main_process() else [0.0, 0.0], device=info.device)
     if info.initialized:
         dist.broadcast(message, src=0)
     _show(info, "broadcast from rank 0", f"{message.tolist()}")
@@ -82,7 +91,7 @@ def demo_ddp_gradients(info: DistInfo) -> None:
     targets = torch.randn(8, 1, device=info.device)
     full = nn.functional.mse_loss(model(images), targets)
     expected = torch.autograd.grad(full, model.weight)[0]
-    ddp = nn.parallel.DistributedDataParallel(model) if info.initialized else model
+    ddp = wrap_model(model, info)
     shard = slice(info.rank, None, info.world_size)
     nn.functional.mse_loss(ddp(images[shard]), targets[shard]).backward()
     grad = model.weight.grad
@@ -90,11 +99,17 @@ def demo_ddp_gradients(info: DistInfo) -> None:
           f"{torch.allclose(grad, expected, atol=1e-6)} (max diff {(grad - expected).abs().max():.1e})")
 
 
-def main() -> int:
+@dataclass
+class DemoConfig:
+    """``python -m common.ddp.collectives_demo`` takes no options (run it under torchrun)."""
+
+
+def main(argv: list[str] | None = None) -> int:
     """Run every demo on this rank.
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
+    parse_config(DemoConfig, argv, description=__doc__.splitlines()[0])
     info = setup_distributed()
     try:
         demo_identity(info)
@@ -106,4 +121,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

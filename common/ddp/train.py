@@ -2,24 +2,24 @@
 
 One process (CPU, or one GPU)::
 
-    python -m common.ddp_train --epochs 3 --batch-size 64 --log-file runs/ddp/log.jsonl
+    python -m common.ddp.train --num-epochs 3 --batch-size 64 --log-file runs/ddp/log.jsonl
 
 Two processes on this machine (gloo on CPUs, NCCL on GPUs; --batch-size is the global batch)::
 
-    torchrun --standalone --nproc_per_node=2 -m common.ddp_train --epochs 3 --batch-size 64 \
+    torchrun --standalone --nproc_per_node=2 -m common.ddp.train --num-epochs 3 --batch-size 64 \
         --snapshot runs/ddp/snapshot.pt --save-final runs/ddp/model.pt --log-file runs/ddp/log.jsonl
 
 Several machines (run on each; see chapters/04_slurm_ddp_train.sbatch)::
 
     torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 \
-        --rdzv-id=job42 -m common.ddp_train ...
+        --rdzv-id=job42 -m common.ddp.train ...
 
 Add ``--max-restarts=1`` to torchrun and ``--snapshot PATH`` here, and a crashed worker
 group is restarted from the last snapshot; export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
-first (see ``common.distributed.RESTART_SAFE_ENV``). This script's flags must not be
+first (see ``common.ddp.launch.RESTART_SAFE_ENV``). This script's flags must not be
 prefixes of torchrun's own (``--log`` would be read as ``--log-dir``), hence
 ``--log-file``. ``--tiny`` is the configuration the tests use; the settings are
-``common.ddp_config.TrainConfig``.
+``common.ddp.config.TrainConfig``.
 """
 
 from __future__ import annotations
@@ -35,34 +35,33 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from common.data import CustomImageDataset
-from common.ddp_config import TrainConfig, parse_config
-from common.device import seed_everything
-from common.distributed import (
-    AllReduceCounter,
+from common.ddp.config import TrainConfig, parse_config
+from common.ddp.hooks import AllReduceCounter, counting_allreduce_hook
+from common.ddp.launch import restart_hazard
+from common.ddp.process_group import (
     DistInfo,
-    ResumableDistributedSampler,
-    ShardSampler,
     all_reduce_sum,
     cleanup_distributed,
-    counting_allreduce_hook,
-    restart_hazard,
+    is_main_process,
     setup_distributed,
+    unwrap,
+    wrap_model,
 )
-from common.loaders import seed_worker
-from common.models import SmallCNN
-from common.run_log import RunLog, Timing
-from common.snapshot import (
+from common.ddp.run_log import RunLog, Timing
+from common.ddp.samplers import ResumableDistributedSampler, ShardSampler
+from common.ddp.snapshot import (
     Position,
     SnapshotError,
     atomic_save,
     load_snapshot,
     save_snapshot,
-    unwrap,
 )
+from common.device import seed_everything
+from common.loaders import seed_worker
+from common.models import SmallCNN
 from common.synthetic import ShapesData, ensure_data
 from common.transforms import V2EvalPreset, V2TrainPreset
 
@@ -191,16 +190,12 @@ def build_model(config: TrainConfig, info: DistInfo, num_classes: int) -> nn.Mod
             raise ValueError("--norm syncbatch needs CUDA (SyncBatchNorm has no CPU kernel); "
                              "use --norm group for exact multi-process equivalence on CPUs")
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model = model.to(info.device)
-    if not info.initialized:
-        return model
-    return DistributedDataParallel(model, device_ids=[info.device] if info.device.type == "cuda"
-                                   else None)
+    return wrap_model(model.to(info.device), info)
 
 
 @dataclass
 class Run:
-    """What ``train_one_epoch`` and ``main`` share while a run goes on.
+    """What ``distributed_train_epoch`` and ``main`` share while a run goes on.
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
@@ -236,7 +231,7 @@ def _after_step(run: Run) -> None:
         time.sleep(config.step_delay)
 
 
-def train_one_epoch(run: Run, loader: DataLoader, epoch: int) -> dict[str, float]:
+def distributed_train_epoch(run: Run, loader: DataLoader, epoch: int) -> dict[str, float]:
     """Train from ``run.position`` to the end of ``epoch`` (or ``--max-steps``).
 
     Returns:
@@ -281,7 +276,7 @@ def train_one_epoch(run: Run, loader: DataLoader, epoch: int) -> dict[str, float
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, *,
+def distributed_evaluate(model: nn.Module, loader: DataLoader, device: torch.device, *,
              amp: bool = False) -> dict[str, float]:
     """Validation loss and accuracy, each sample counted exactly once over all ranks.
 
@@ -329,9 +324,9 @@ def train(config: TrainConfig, info: DistInfo) -> Run:
     optimizer = build_optimizer(config, model)
     # The schedule spans all epochs, whatever --max-steps says, so a stopped run can go on.
     steps_per_epoch = len(train_loader) // config.grad_accum
-    scheduler = build_scheduler(config, optimizer, config.epochs * steps_per_epoch)
+    scheduler = build_scheduler(config, optimizer, config.num_epochs * steps_per_epoch)
     run = Run(config, info, model, optimizer, scheduler, RunLog(config.log_file, info))
-    if restart_hazard() and info.is_main:
+    if restart_hazard() and is_main_process():
         print(f"warning: {restart_hazard()}", file=sys.stderr, flush=True)
     run.log.write("start", world_size=info.world_size, backend=info.backend,
                   device=str(info.device), steps_per_epoch=steps_per_epoch, config=asdict(config))
@@ -343,7 +338,7 @@ def train(config: TrainConfig, info: DistInfo) -> Run:
     if config.count_allreduces and info.initialized:
         model.register_comm_hook(counter, counting_allreduce_hook)
     first_step = run.position.step
-    for epoch in range(run.position.epoch, config.epochs):
+    for epoch in range(run.position.epoch, config.num_epochs):
         if run.stop_requested():
             break
         started = time.perf_counter()
@@ -351,17 +346,17 @@ def train(config: TrainConfig, info: DistInfo) -> Run:
         train_loader.sampler.set_epoch(epoch, start=start * train_loader.batch_size)
         train_loader.dataset.set_epoch(epoch)
         run.position = Position(epoch, run.position.step, start)
-        metrics = train_one_epoch(run, train_loader, epoch)
+        metrics = distributed_train_epoch(run, train_loader, epoch)
         if run.stop_requested() and run.position.batch_in_epoch < len(train_loader) // \
                 config.grad_accum * config.grad_accum:
             run.snapshot()
             break
-        metrics |= evaluate(model, val_loader, info.device, amp=config.amp)
+        metrics |= distributed_evaluate(model, val_loader, info.device, amp=config.amp)
         run.position = Position(epoch + 1, run.position.step, 0)
         run.log.write("epoch", epoch=epoch + 1, step=run.position.step,
                       seconds=round(time.perf_counter() - started, 3), **metrics)
         run.snapshot()
-    if config.save_final and info.is_main:
+    if config.save_final and is_main_process():
         atomic_save(unwrap(model).state_dict(), config.save_final)
     run.log.write("done", step=run.position.step, steps_this_attempt=run.position.step - first_step,
                   allreduce_syncs=counter.syncs, allreduce_calls=counter.bucket_calls,
@@ -371,7 +366,7 @@ def train(config: TrainConfig, info: DistInfo) -> Run:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m common.ddp_train`` and ``torchrun ... -m common.ddp_train``.
+    """Entry point of ``python -m common.ddp.train`` and ``torchrun ... -m common.ddp.train``.
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
@@ -388,4 +383,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -2,10 +2,12 @@
 
 One process, then two (CPU: gloo; CUDA: nccl, one GPU per rank)::
 
-    python -m common.shard_train --shards data/shards/train --val-shards data/shards/val
-    torchrun --standalone --nproc_per_node=2 -m common.shard_train \\
-        --shards data/shards/train --val-shards data/shards/val --out runs/shards.json
-    torchrun --standalone --nproc_per_node=2 -m common.shard_train --tiny ...  # tests
+    python -m common.shards.train                       # data/shards/{train,val}
+    torchrun --standalone --nproc_per_node=2 -m common.shards.train --out runs/shards.json
+    torchrun --standalone --nproc_per_node=2 -m common.shards.train --tiny ...  # tests
+
+``--shards``/``--val-shards`` default to ``default_data_root() / "shards" / {train,val}``
+(``$COMPANION_DATA`` if set, else the repository's data/).
 
 Make the shards first with ``python data_scripts/make_shards.py``. Rank 0 prints the
 batches every rank ran in each epoch (they must be equal, or DDP would hang) and
@@ -14,24 +16,27 @@ evaluates on the validation shards.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from common.distributed import (
+from common.cli import option, parse_config, positive
+from common.ddp.process_group import (
     DistInfo,
     all_reduce_sum,
     cleanup_distributed,
     is_main_process,
     setup_distributed,
+    unwrap,
+    wrap_model,
 )
 from common.models import SmallCNN
+from common.paths import default_data_root
 from common.shards import ShardedImageDataset
 from common.training import evaluate, train_one_epoch
 from common.transforms import V2EvalPreset, V2TrainPreset
@@ -44,22 +49,40 @@ class ShardTrainConfig:
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
 
-    shards: str = "data/shards/train"
-    val_shards: str = "data/shards/val"
-    num_classes: int = 6
-    image_size: int = 64
-    batch_size: int = 32
-    num_epochs: int = 3
-    lr: float = 3e-3
-    augment: bool = True
-    num_workers: int = 0
-    buffer_size: int = 256
-    equalize: str = "pad"
-    seed: int = 0
-    out: str = ""
+    shards: str = option("", "training shards (default: <data>/shards/train)")
+    val_shards: str = option("", "validation shards (default: <data>/shards/val)")
+    num_classes: int = option(6, "number of classes")
+    image_size: int = option(64, "side of the square training images")
+    batch_size: int = option(32, "batch per rank")
+    num_epochs: int = option(3, "number of epochs")
+    lr: float = option(3e-3, "Adam learning rate")
+    augment: bool = option(True, "random crops and flips")
+    num_workers: int = option(0, "DataLoader worker processes per rank")
+    buffer_size: int = option(256, "shuffle buffer (samples per worker)")
+    equalize: str = option("pad", "equal batches per rank: pad, drop, or none",
+                           choices=("pad", "drop", "none"))
+    seed: int = option(0, "seed of weights and shuffling")
+    out: str = option("", "write the run's history here as JSON (rank 0)")
+    tiny: bool = option(False, "a configuration small enough for tests (flags given still win)")
+
+    def __post_init__(self) -> None:
+        root = default_data_root() / "shards"
+        self.shards = self.shards or str(root / "train")
+        self.val_shards = self.val_shards or str(root / "val")
 
 
 TINY = {"image_size": 32, "batch_size": 4, "num_epochs": 2, "buffer_size": 8}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> ShardTrainConfig:
+    """Flags -> ``ShardTrainConfig``; ``--tiny`` fills in ``TINY`` where no flag was given.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    return parse_config(ShardTrainConfig, argv, description=__doc__.splitlines()[0],
+                        presets={"tiny": TINY},
+                        validate=lambda c: positive(c, "num_epochs", "batch_size", "image_size",
+                                                    "buffer_size"))
 
 
 class CountingLoader:
@@ -99,11 +122,7 @@ def build_loaders(config: ShardTrainConfig, info: DistInfo) -> tuple[DataLoader,
 
 def build_model(config: ShardTrainConfig, info: DistInfo) -> torch.nn.Module:
     """``SmallCNN`` on this rank's device, wrapped in DDP when a process group exists."""
-    model = SmallCNN(num_classes=config.num_classes).to(info.device)
-    if info.initialized:
-        return DistributedDataParallel(model, device_ids=[info.device] if info.device.type
-                                       == "cuda" else None)
-    return model
+    return wrap_model(SmallCNN(num_classes=config.num_classes).to(info.device), info)
 
 
 def run_epoch(model, loader: CountingLoader, optimizer, info: DistInfo) -> dict:
@@ -117,18 +136,11 @@ def run_epoch(model, loader: CountingLoader, optimizer, info: DistInfo) -> dict:
             "train_loss": loss, "train_acc": acc, "seconds": time.perf_counter() - start}
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for field in fields(ShardTrainConfig):
-        flag = f"--{field.name.replace('_', '-')}"
-        if isinstance(field.default, bool):  # --augment / --no-augment
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default)
-        else:
-            parser.add_argument(flag, type=type(field.default), default=field.default)
-    parser.add_argument("--tiny", action="store_true", help="tiny sizes for tests")
-    args = vars(parser.parse_args(argv))
-    tiny = TINY if args.pop("tiny") else {}
-    config = ShardTrainConfig(**{**args, **tiny})
+def train(config: ShardTrainConfig) -> list[dict]:
+    """Run ``config``; returns one record per epoch (rank 0 adds validation metrics).
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
     torch.manual_seed(config.seed)  # the same initial weights on every rank
     info = setup_distributed()
     history = []
@@ -141,8 +153,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             train_loader.dataset.set_epoch(epoch)
             record = {"epoch": epoch, **run_epoch(model, counted, optimizer, info)}
             if is_main_process():
-                plain = model.module if info.initialized else model
-                record["val_loss"], record["val_acc"] = evaluate(plain, val_loader, info.device)
+                record["val_loss"], record["val_acc"] = evaluate(unwrap(model), val_loader,
+                                                                  info.device)
                 print(f"epoch {epoch}: batches per rank {record['batches_per_rank']}, samples "
                       f"per rank {record['samples_per_rank']}, train loss "
                       f"{record['train_loss']:.3f}, val acc {record['val_acc']:.3f} "
@@ -158,5 +170,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     return history
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    train(parse_args(argv))
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -20,9 +20,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
-from common.data import BadSampleError
+from common.data import BadSampleError, decode_errors
 
 MANIFEST_NAME = "manifest.json"
 IMAGE_EXTENSIONS = {".jpg": "jpg", ".jpeg": "jpg", ".png": "png"}
@@ -309,9 +309,7 @@ def decode_image(record: ShardRecord) -> Image.Image:
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
-    try:
+    with decode_errors(f"shard {record.shard}: member {record.member}: cannot decode image",
+                       ShardError):
         with Image.open(io.BytesIO(record.data)) as image:
             return image.convert("RGB")
-    except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as error:
-        raise ShardError(f"shard {record.shard}: member {record.member}: cannot decode "
-                         f"image: {error}") from error

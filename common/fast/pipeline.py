@@ -23,12 +23,12 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision.io import ImageReadMode, decode_image, read_file
 from torchvision.transforms import v2
 
-from common.data import BadSampleError, CustomImageDataset
+from common.data import CustomImageDataset, decode_errors, describe_image
 from common.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 DECODERS = ("pil_draft", "torchvision")
@@ -76,15 +76,12 @@ class DraftPilDecoder:
         self.draft = draft
 
     def __call__(self, path: str | os.PathLike, *, where: str = "") -> torch.Tensor:
-        context = f" ({where})" if where else ""
-        try:
+        with decode_errors(describe_image(path, where)):
             with Image.open(path) as image:
                 target = resized_size(*image.size, self.resize_size)
                 if self.draft and image.format == "JPEG":
                     image.draft("RGB", target)  # never smaller than the target
                 image = image.convert("RGB")
-        except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as error:
-            raise BadSampleError(f"cannot decode image {path}{context}: {error}") from error
         image = image.resize(target, Image.Resampling.BILINEAR)
         image = image.crop(center_box(*target, self.crop_size))
         return torch.from_numpy(np.asarray(image).transpose(2, 0, 1).copy())
@@ -107,11 +104,8 @@ class TorchvisionDecoder:
                                     v2.CenterCrop(crop_size)])
 
     def __call__(self, path: str | os.PathLike, *, where: str = "") -> torch.Tensor:
-        context = f" ({where})" if where else ""
-        try:
+        with decode_errors(describe_image(path, where)):
             image = decode_image(read_file(os.fspath(path)), mode=ImageReadMode.RGB)
-        except RuntimeError as error:
-            raise BadSampleError(f"cannot decode image {path}{context}: {error}") from error
         return self.geometry(image)
 
     def __repr__(self) -> str:

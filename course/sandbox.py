@@ -4,7 +4,7 @@
 the command line that makes the whole machine read-only except one working copy and
 hides chosen folders; ``PrefixedKernelManager`` starts a Jupyter kernel behind such a
 prefix. ``FileGuard`` snapshots files (bytes and sha256) so that any change made by the
-code, sandboxed or not, can be reported and undone. ``common.grading`` uses all four.
+code, sandboxed or not, can be reported and undone. ``course.grading`` uses all four.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Samples/s of ``common.ddp_train`` on 1 rank vs 2 ranks, one thread per rank.
+"""Samples/s of ``common.ddp.train`` on 1 rank vs 2 ranks, one thread per rank.
 
-    python -m common.ddp_bench                      # medians of 3 repeats, printed side by side
-    python -m common.ddp_bench --repeats 5 --steps 30 --per-rank-batch 32
+    python -m common.ddp.bench                      # medians of 3 repeats, printed side by side
+    python -m common.ddp.bench --repeats 5 --steps 30 --per-rank-batch 32
 
 Weak scaling: every rank keeps the same batch (the global batch grows with the ranks), the
 usual way to use more GPUs. The time counts whole training steps, data loading included,
@@ -12,14 +12,14 @@ samples/s and the fraction of time spent waiting for data.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from common.distributed import run_command, torchrun_command
+from common.cli import option, parse_config, positive
+from common.ddp.launch import run_command, torchrun_command
 
 
 def measure(ranks: int, *, steps: int, per_rank_batch: int, data: str, workers: int) -> dict:
@@ -31,8 +31,8 @@ def measure(ranks: int, *, steps: int, per_rank_batch: int, data: str, workers: 
         log = Path(folder) / "log.jsonl"
         args = ["--batch-size", str(per_rank_batch * ranks), "--max-steps", str(steps),
                 "--threads", "1", "--num-workers", str(workers), "--log-file", str(log),
-                "--epochs", "100"] + (["--data", data] if data else [])
-        run_command(torchrun_command("common.ddp_train", args, nproc_per_node=ranks),
+                "--num-epochs", "100"] + (["--data", data] if data else [])
+        run_command(torchrun_command("common.ddp.train", args, nproc_per_node=ranks),
                     timeout=600, threads=1)
         records = [json.loads(line) for line in log.read_text().splitlines()]
     return next(r for r in records if r["event"] == "done")
@@ -70,19 +70,28 @@ def summarize(results: dict[int, list[dict]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m common.ddp_bench``.
+@dataclass
+class DDPBenchConfig:
+    """The command line of ``python -m common.ddp.bench``.
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=25, help="optimizer steps per run")
-    parser.add_argument("--per-rank-batch", type=int, default=32)
-    parser.add_argument("--num-workers", type=int, default=0)
-    parser.add_argument("--data", default="", help="dataset folder (default: data/shapes)")
-    args = parser.parse_args(argv)
+
+    ranks: tuple[int, ...] = option((1, 2), "numbers of ranks to compare", nargs="+")
+    repeats: int = option(3, "alternating repeats of each (the median is reported)")
+    steps: int = option(25, "optimizer steps per run")
+    per_rank_batch: int = option(32, "batch per rank (weak scaling)")
+    num_workers: int = option(0, "DataLoader workers per rank")
+    data: str = option("", "dataset folder (default: data/shapes)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m common.ddp.bench``.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    args = parse_config(DDPBenchConfig, argv, description=__doc__.splitlines()[0],
+                        validate=lambda c: positive(c, "repeats", "steps", "per_rank_batch"))
     results = benchmark(args.ranks, repeats=args.repeats, steps=args.steps,
                         per_rank_batch=args.per_rank_batch, data=args.data,
                         workers=args.num_workers)
@@ -91,4 +100,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

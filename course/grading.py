@@ -1,4 +1,4 @@
-"""Grade submitted exercise notebooks: ``python -m common.grading --submissions DIR --out DIR``.
+"""Grade submitted exercise notebooks: ``python -m course.grading --submissions DIR --out DIR``.
 
 Submissions are ``DIR/<student>/**/<exNN_name>.ipynb`` (nbgrader's ``submitted/<student>/
 <assignment>/`` layout works too). Each one is graded without trusting anything but its
@@ -12,7 +12,7 @@ runs without an error. A cell that times out or kills the kernel scores zero for
 exercise, and the notebook is run again with that answer left out, so the other
 exercises are still graded. After every cell the instructor's files and the submissions
 are hashed; a change zeroes the exercise that made it, is reported and is undone. The
-sandbox and the file guard live in ``common.sandbox``.
+sandbox and the file guard live in ``course.sandbox``.
 
 Writes ``grades.csv`` and ``grades.json`` (student, exercise, points, max_points, message)
 and the executed notebooks under ``feedback/<student>/``.
@@ -20,7 +20,6 @@ and the executed notebooks under ``feedback/<student>/``.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -36,28 +35,35 @@ from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
-from common.assignments import EXERCISES_DIR, STUB, Exercise, exercises_of, instructor_sources
-from common.sandbox import FileGuard, PrefixedKernelManager, bwrap_prefix, choose_sandbox
+from common.cli import option, parse_config
+from common.paths import repo_root
+from course.assignments import STUB, Exercise, exercises_of, instructor_sources
+from course.sandbox import FileGuard, PrefixedKernelManager, bwrap_prefix, choose_sandbox
 
-REPO = Path(__file__).resolve().parents[1]
 MAX_MESSAGE, MAX_OUTPUT = 400, 5_000
 
 
 @dataclass
 class GradingConfig:
-    """What to grade and how strictly. The CLI is built from these fields.
+    """What to grade and how strictly. The command line is built from these fields.
 
     Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
 
-    submissions: Path
-    out: Path
-    sources: Path = EXERCISES_DIR
-    repo: Path = REPO
-    notebooks: tuple[str, ...] = ()
-    timeout: float = 300.0
-    cell_timeout: float = 60.0
-    sandbox: str = "auto"
+    submissions: Path = option(None, "folder with one sub-folder per student")
+    out: Path = option(Path("build/grades"), "report folder (grades.csv, grades.json, feedback/)")
+    sources: Path | None = option(None, "instructor sources (default: chapters/exercises)")
+    repo: Path | None = option(None, "the repository checkout (default: found from here)")
+    notebooks: tuple[str, ...] = option((), "grade only these (e.g. ex01_pytorch_basics); missing "
+                                        "ones score 0", nargs="*")
+    timeout: float = option(300.0, "seconds per notebook")
+    cell_timeout: float = option(60.0, "seconds per cell")
+    sandbox: str = option("auto", "bwrap: bubblewrap sandbox; none: unsandboxed; auto: bwrap if "
+                          "available", choices=("auto", "bwrap", "none"))
+
+    def __post_init__(self) -> None:
+        self.repo = Path(self.repo) if self.repo else repo_root()
+        self.sources = Path(self.sources) if self.sources else self.repo / "chapters" / "exercises"
 
 
 @dataclass
@@ -307,8 +313,8 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
     if unknown:
         raise ValueError(f"no instructor source for {sorted(unknown)} in {config.sources}")
     sandbox, why = choose_sandbox(config.sandbox)
-    guard = FileGuard([(config.repo / "common", ("*.py",)), (config.sources, ("*.py", "*.ipynb")),
-                       (config.submissions, ("*.ipynb",))])
+    guard = FileGuard([(config.repo / "common", ("*.py",)), (config.repo / "course", ("*.py",)),
+                       (config.sources, ("*.py", "*.ipynb")), (config.submissions, ("*.ipynb",))])
     results: list[Result] = []
     for student, name, path in find_submissions(config, list(sources)):
         print(f"grading {student}/{name} ...", flush=True)
@@ -323,23 +329,17 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
     return results, info
 
 
+def _check(config: GradingConfig) -> dict[str, str]:
+    if config.submissions is None or not Path(config.submissions).is_dir():
+        return {"submissions": f"{config.submissions} is not a folder (one sub-folder per student)"}
+    return {}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--submissions", type=Path, required=True,
-                        help="folder with one sub-folder per student")
-    parser.add_argument("--out", type=Path, default=Path("build/grades"))
-    parser.add_argument("--sources", type=Path, default=EXERCISES_DIR)
-    parser.add_argument("--notebooks", nargs="*", default=(),
-                        help="grade only these (e.g. ex01_pytorch_basics); missing ones score 0")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per notebook")
-    parser.add_argument("--cell-timeout", type=float, default=60.0, help="seconds per cell")
-    parser.add_argument("--sandbox", choices=["auto", "bwrap", "none"], default="auto")
-    args = parser.parse_args(argv)
-    if not args.submissions.is_dir():
-        parser.error(f"--submissions {args.submissions} is not a folder")
-    config = GradingConfig(args.submissions.resolve(), args.out.resolve(), args.sources.resolve(),
-                           notebooks=tuple(args.notebooks), timeout=args.timeout,
-                           cell_timeout=args.cell_timeout, sandbox=args.sandbox)
+    config = parse_config(GradingConfig, argv, description=__doc__.splitlines()[0],
+                          validate=_check)
+    config.submissions, config.out = config.submissions.resolve(), config.out.resolve()
+    config.sources = config.sources.resolve()
     results, info = grade(config)
     write_report(results, config.out, info)
     print(f"sandbox: {info['sandbox_note']}")
@@ -353,4 +353,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

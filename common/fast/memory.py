@@ -21,7 +21,7 @@ import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from common.fastdata import keep_batch
+from common.fast.pipeline import keep_batch
 
 MB = 1024 * 1024
 

@@ -1,4 +1,4 @@
-"""Build and check the chapter notebooks: ``python -m common.notebooks build|check``.
+"""Build and check the chapter notebooks: ``python -m course.notebooks build|check``.
 
 Authors edit the jupytext twin ``chapters/NN_name.py`` (py:percent) or the notebook;
 ``build`` executes the notebook top to bottom in a fresh kernel (execution counts 1..N)
@@ -8,14 +8,16 @@ without executing anything (``make test`` runs it).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import jupytext
 import nbformat
 from nbclient import NotebookClient
+
+from common.cli import option, parse_config
 
 FORMATS = "ipynb,py:percent"
 
@@ -60,7 +62,7 @@ def problems(notebook: Path) -> list[str]:
     counts = [c.get("execution_count") for c in code]
     if counts != list(range(1, len(code) + 1)):
         found.append(f"{notebook}: execution counts are {counts[:8]}..., not 1..{len(code)} "
-                     "(run `python -m common.notebooks build` on it)")
+                     "(run `python -m course.notebooks build` on it)")
     for index, cell in enumerate(code, start=1):
         if any(out.get("output_type") == "error" for out in cell.get("outputs", [])):
             found.append(f"{notebook}: code cell {index} has an error output")
@@ -68,17 +70,23 @@ def problems(notebook: Path) -> list[str]:
     if not twin.is_file():
         found.append(f"{notebook}: its jupytext twin {twin} is missing")
     elif jupytext.writes(nb, fmt="py:percent") != twin.read_text():
-        found.append(f"{notebook}: {twin.name} is out of sync (run `python -m common.notebooks "
+        found.append(f"{notebook}: {twin.name} is out of sync (run `python -m course.notebooks "
                      "build` or `jupytext --sync` on it)")
     return found
 
 
+@dataclass
+class NotebooksConfig:
+    """The command line of ``python -m course.notebooks``."""
+
+    command: str = option("check", "build: execute and refresh the twin; check: hygiene only",
+                          choices=("build", "check"), positional=True)
+    paths: tuple[Path, ...] = option((), ".ipynb or .py twin files", positional=True, nargs="+")
+    timeout: int = option(600, "seconds per cell")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["build", "check"])
-    parser.add_argument("paths", nargs="+", type=Path, help=".ipynb or .py twin files")
-    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
-    args = parser.parse_args(argv)
+    args = parse_config(NotebooksConfig, argv, description=__doc__.splitlines()[0])
     failures = []
     for path in args.paths:
         if args.command == "build":
@@ -94,4 +102,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -28,7 +28,7 @@ from filelock import FileLock
 from torch.utils.data import DataLoader, Dataset
 
 from common.data import CustomImageDataset
-from common.fastdata import DraftPilDecoder, keep_batch
+from common.fast.pipeline import DraftPilDecoder, keep_batch
 
 CACHE_VERSION = 1
 _CHUNK = 1 << 22

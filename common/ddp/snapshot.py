@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from common.distributed import gather_objects, is_main_process
+from common.ddp.process_group import gather_objects, is_main_process, unwrap
 
 FORMAT = "companion-ddp-snapshot-v1"
 _REQUIRED = ("format", "model", "optimizer", "scheduler", "epoch", "step", "batch_in_epoch", "rng")
@@ -50,14 +50,6 @@ class Position:
     epoch: int = 0
     step: int = 0
     batch_in_epoch: int = 0
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The plain model inside a ``DistributedDataParallel`` (or the model itself).
-
-    Introduced in chapters/04_2_ddp_training.ipynb.
-    """
-    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
 
 def capture_rng_state() -> dict:

@@ -1,0 +1,47 @@
+"""Chapter 4: distributed data-parallel training (DDP) on CPUs (gloo) and GPUs (nccl).
+
+Modules: ``process_group`` (join/leave the group ``torchrun`` describes, small collectives),
+``samplers`` (resumable and exact-once distributed samplers), ``hooks`` (a counting
+all-reduce hook), ``launch`` (start ``torchrun`` as a subprocess), ``snapshot`` (atomic,
+validated training snapshots), ``run_log``, ``config`` (``TrainConfig``), and the entry
+points ``train`` (``python -m common.ddp.train``), ``bench`` and ``collectives_demo``, which
+are not imported here. Imports go one way: ``common.ddp`` uses the core of ``common``.
+"""
+
+from common.ddp.hooks import AllReduceCounter, counting_allreduce_hook
+from common.ddp.launch import (
+    RESTART_SAFE_ENV,
+    free_port,
+    launch_env,
+    restart_hazard,
+    run_command,
+    torchrun_command,
+)
+from common.ddp.process_group import (
+    DistInfo,
+    all_reduce_sum,
+    cleanup_distributed,
+    gather_objects,
+    is_main_process,
+    setup_distributed,
+)
+from common.ddp.samplers import ResumableDistributedSampler, ShardSampler
+
+__all__ = [
+    "RESTART_SAFE_ENV",
+    "AllReduceCounter",
+    "DistInfo",
+    "ResumableDistributedSampler",
+    "ShardSampler",
+    "all_reduce_sum",
+    "cleanup_distributed",
+    "counting_allreduce_hook",
+    "free_port",
+    "gather_objects",
+    "is_main_process",
+    "launch_env",
+    "restart_hazard",
+    "run_command",
+    "setup_distributed",
+    "torchrun_command",
+]

@@ -1,0 +1,73 @@
+"""The settings of ``common.ddp.train`` as a dataclass; the command line is built from it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from common.cli import non_negative, option, positive
+from common.cli import parse_config as parse_dataclass
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of a run; each field is a command-line flag (``batch_size`` -> ``--batch-size``).
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+
+    data: str = option("", "dataset folder from common.ensure_data (default: the repo's data/shapes)")
+    num_epochs: int = option(3, "number of epochs")
+    batch_size: int = option(64, "GLOBAL batch per optimizer step, split over ranks and --grad-accum")
+    optimizer: str = option("adamw", "adamw, or sgd (with momentum)", choices=("adamw", "sgd"))
+    lr: float = option(3e-3, "peak learning rate")
+    schedule: str = option("cosine", "per optimizer step: cosine decay from --lr, or onecycle (warm up "
+                         "to --lr over the first 30%, then anneal)", choices=("cosine", "onecycle"))
+    momentum: float = option(0.9, "SGD momentum")
+    weight_decay: float = option(5e-4, "weight decay")
+    seed: int = option(0, "seed of weights, shuffling and augmentation")
+    num_workers: int = option(0, "DataLoader worker processes per rank")
+    image_size: int = option(64, "side of the square training images")
+    width: int = option(16, "channels of SmallCNN's first block")
+    norm: str = option("batch", "batch: per-rank BatchNorm; syncbatch: SyncBatchNorm (GPU); "
+                     "group: GroupNorm (no batch statistics)", choices=("batch", "syncbatch", "group"))
+    augment: bool = option(True, "random crops, flips, rotations, colour jitter (seeded per sample)")
+    subset: int = option(0, "use only the first N training and N // 2 validation images (0: all)")
+    grad_accum: int = option(1, "micro-batches per optimizer step (no_sync on all but the last)")
+    max_steps: int = option(0, "stop after this many optimizer steps (0: run all epochs)")
+    snapshot: str = option("", "snapshot file: resumed from if it exists, rewritten as the run goes")
+    snapshot_every: int = option(0, "also snapshot every N optimizer steps (0: at epoch ends only)")
+    save_final: str = option("", "write the final model state_dict here")
+    log_file: str = option("", "append JSON lines (one per event) to this file, from rank 0")
+    amp: bool = option(False, "bfloat16 autocast (CUDA only)")
+    threads: int = option(0, "torch threads per process (0: leave the default)")
+    simulate_failure_at_step: int = option(0, "the last rank exits at this step of the first attempt")
+    step_delay: float = option(0.0, "sleep after each step (s), so a demo can interrupt a run")
+    count_allreduces: bool = option(False, "count gradient all-reduces with a DDP comm hook")
+    tiny: bool = option(False, "a configuration small enough for tests (flags given still win)")
+
+
+TINY = {"optimizer": "sgd", "lr": 0.05, "num_epochs": 2, "batch_size": 8, "image_size": 32,
+        "width": 4, "norm": "group", "subset": 48}
+
+
+def check_config(config: TrainConfig) -> dict[str, str]:
+    """Problems of a finished configuration, by field (empty when it is valid).
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    return {**positive(config, "num_epochs", "batch_size", "grad_accum", "image_size", "width"),
+            **non_negative(config, "max_steps", "snapshot_every", "num_workers", "subset",
+                           "threads", "simulate_failure_at_step", "step_delay")}
+
+
+def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
+    """Flags -> ``TrainConfig``; ``--tiny`` fills in ``TINY`` where no flag was given.
+
+    Invalid values are argparse errors (exit status 2) that name the flag.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    return parse_dataclass(TrainConfig, argv, description="Train SmallCNN with DDP "
+                           "(python -m common.ddp.train)", presets={"tiny": TINY},
+                           validate=check_config)

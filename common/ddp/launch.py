@@ -1,0 +1,93 @@
+"""Launching ``torchrun`` as a subprocess: how notebooks and tests start multi-process work."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a rendezvous endpoint).
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun_command(module: str, args: Sequence[str] = (), *, nproc_per_node: int = 2,
+                     nnodes: int = 1, rdzv_endpoint: str | None = None, rdzv_id: str = "job",
+                     max_restarts: int = 0) -> list[str]:
+    """The ``torchrun ... -m module args`` command line, as a list for ``subprocess``.
+
+    It calls ``python -m torch.distributed.run`` (what the ``torchrun`` script runs) with
+    this interpreter, so it uses the same environment as the caller. With one node and no
+    endpoint it is ``--standalone`` (a local rendezvous on a free port); otherwise a c10d
+    rendezvous at ``rdzv_endpoint`` that ``nnodes`` agents join.
+
+    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    """
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}"]
+    if nnodes == 1 and rdzv_endpoint is None:
+        command.append("--standalone")
+    else:
+        if rdzv_endpoint is None:
+            raise ValueError(f"nnodes={nnodes} needs an rdzv_endpoint such as 'node0:29500'")
+        command += [f"--nnodes={nnodes}", "--rdzv-backend=c10d",
+                    f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}"]
+    if max_restarts:
+        command.append(f"--max-restarts={max_restarts}")
+    return command + ["-m", module, *args]
+
+
+#: Environment for torchrun agents that may restart their workers. By default the agent
+#: shares its rendezvous TCPStore with the workers, and a restarted worker group can read
+#: the previous attempt's addresses from it and fail to connect ("connectFullMesh failed
+#: ... Connection refused"; pytorch/pytorch#135712). A store per attempt avoids that.
+RESTART_SAFE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+def launch_env(*, threads: int = 1) -> dict[str, str]:
+    """This process's environment, plus ``OMP_NUM_THREADS`` (one thread per rank on a CPU)
+    and ``RESTART_SAFE_ENV``.
+
+    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    """
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), **RESTART_SAFE_ENV}
+
+
+def restart_hazard() -> str | None:
+    """A warning if this torchrun worker may be restarted into the shared-store bug, else None.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0"))
+    if restarts > 0 and os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1":
+        return ("torchrun --max-restarts > 0 without TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: a "
+                "restarted worker group may fail to reconnect (pytorch/pytorch#135712); "
+                "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before torchrun")
+    return None
+
+
+def run_command(command: Sequence[str], *, timeout: float = 120,
+                threads: int = 1) -> subprocess.CompletedProcess:
+    """Run a (``torchrun``) command, wait, and raise with its output if it failed.
+
+    Returns:
+        The finished process; ``.stdout`` holds what the ranks printed.
+
+    Raises:
+        RuntimeError: Naming the command and showing the end of its output.
+
+    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    """
+    done = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout,
+                          env=launch_env(threads=threads), check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n"
+                           f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return done

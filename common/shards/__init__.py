@@ -1,0 +1,43 @@
+"""Chapter 5: large datasets as tar shards (the WebDataset convention), streamed per rank and worker.
+
+Modules: ``format`` (writer, manifest, safe streaming reader), ``dataset``
+(``ShardedImageDataset`` and how it splits shards) and the entry point ``train``
+(``python -m common.shards.train``), which is not imported here.
+"""
+
+from common.shards.dataset import POLICIES, ShardedImageDataset, split_shards, worker_quotas
+from common.shards.format import (
+    IMAGE_EXTENSIONS,
+    MANIFEST_NAME,
+    MAX_MEMBER_BYTES,
+    ShardError,
+    ShardInfo,
+    ShardRecord,
+    decode_image,
+    ensure_shards,
+    file_sha256,
+    read_manifest,
+    read_shard,
+    verify_shards,
+    write_shards,
+)
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "MANIFEST_NAME",
+    "MAX_MEMBER_BYTES",
+    "POLICIES",
+    "ShardError",
+    "ShardInfo",
+    "ShardRecord",
+    "ShardedImageDataset",
+    "decode_image",
+    "ensure_shards",
+    "file_sha256",
+    "read_manifest",
+    "read_shard",
+    "split_shards",
+    "verify_shards",
+    "worker_quotas",
+    "write_shards",
+]

@@ -1,0 +1,6 @@
+"""Course tooling for instructors and maintainers: assignments, grading, notebook builds, the site.
+
+Not part of the learner's package: ``common`` never imports ``course``; ``course`` may import
+anything. Entry points: ``python -m course.assignments``, ``python -m course.grading``,
+``python -m course.notebooks``, ``python -m course.site``.
+"""

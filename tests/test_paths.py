@@ -1,0 +1,63 @@
+"""Tests for common/paths.py: the repository and data folders, from any working directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common.paths import chapters_dir, default_data_root, find_repo_root, repo_root
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_found_from_the_package_and_from_any_folder_inside(tmp_path, monkeypatch):
+    monkeypatch.delenv("COMPANION_REPO", raising=False)
+    monkeypatch.chdir(tmp_path)  # outside the repository: found from the package's folder
+    assert repo_root() == REPO and chapters_dir() == REPO / "chapters"
+    assert find_repo_root(REPO / "common" / "ddp") == REPO
+    assert find_repo_root(tmp_path) is None
+
+
+def test_companion_repo_overrides_and_a_wrong_one_fails_clearly(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMPANION_REPO", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="COMPANION_REPO"):
+        repo_root()
+
+
+def test_data_root_follows_companion_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMPANION_DATA", str(tmp_path / "d"))
+    assert default_data_root() == (tmp_path / "d").resolve()
+    monkeypatch.delenv("COMPANION_DATA")
+    assert default_data_root() == REPO / "data"
+
+
+def _installed_copy(tmp_path: Path) -> dict[str, str]:
+    """`common` and `course` copied outside any checkout, as `pip install .` would leave them."""
+    site = tmp_path / "site"
+    for package in ("common", "course"):
+        shutil.copytree(REPO / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k not in ("COMPANION_REPO", "COMPANION_DATA")}
+    return {**env, "PYTHONPATH": str(site), "HOME": str(tmp_path / "home")}
+
+
+def test_an_installed_copy_uses_the_user_cache_and_tools_say_what_to_do(tmp_path):
+    env = _installed_copy(tmp_path)
+    probe = ("import common, common.paths as p; print(common.__file__); "
+             "print(p.default_data_root()); print(p.find_repo_root())")
+    lines = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env,
+                           cwd=tmp_path, check=True, timeout=60).stdout.splitlines()
+    assert lines[0].startswith(str(tmp_path / "site"))
+    assert lines[1] == str(tmp_path / "home" / ".cache" / "torch-pipelines-companion")
+    assert lines[2] == "None"
+    done = subprocess.run([sys.executable, "-m", "course.assignments", "list"], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=60, check=False)
+    assert done.returncode != 0 and "COMPANION_REPO" in done.stderr
+    pointed = subprocess.run([sys.executable, "-m", "course.assignments", "list"],
+                             capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                             env={**env, "COMPANION_REPO": str(REPO)}, check=False)
+    assert pointed.returncode == 0 and "ex01_pytorch_basics.ipynb" in pointed.stdout
