@@ -19,7 +19,7 @@ PYTEST_PARALLEL ?= -n 2 --dist loadfile
 NETGUARD := PYTHONPATH=$(CURDIR)/tests/netguard COMPANION_NETGUARD_LOG=$(CURDIR)/build/netguard.log \
 	OMP_NUM_THREADS=1
 
-.PHONY: help install data lab test unit notebooks bench bench-ddp assignments grade html doctor system-deps shards lint format clean distclean
+.PHONY: help install data lab test unit notebooks bench bench-ddp assignments grade html translations doctor system-deps shards lint format clean distclean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -38,6 +38,7 @@ data: $(STAMP) ## Generate the synthetic dataset in data/ (skipped when intact)
 	$(BIN)/python data_scripts/make_synthetic_data.py
 
 lab: data ## Open JupyterLab on chapters/ with the .venv kernel
+	@echo "中文版 (Chinese edition): open chapters/zh/ in JupyterLab's file browser; see README.zh-CN.md"
 	$(BIN)/jupyter lab --notebook-dir=chapters $(LAB_ARGS)
 
 test: data ## Run every check: ruff, unit tests, notebook hygiene, every notebook under nbval
@@ -49,9 +50,15 @@ test: data ## Run every check: ruff, unit tests, notebook hygiene, every noteboo
 unit: data ## Run the unit tests only (no notebooks)
 	$(NETGUARD) $(BIN)/python -m pytest tests -q --timeout=300 $(PYTEST_PARALLEL)
 
-notebooks: data ## Re-execute every notebook top to bottom and refresh its .py twin
+notebooks: data ## Re-execute every notebook top to bottom, refresh its .py twin and the zh edition
 	@mkdir -p build
 	$(NETGUARD) $(BIN)/python -m course.notebooks build $(NOTEBOOKS)
+	$(MAKE) translations
+
+translations: $(STAMP) ## Update chapters/zh/po/*.po from the English notebooks, rebuild chapters/zh/
+	$(BIN)/python -m course.translate extract
+	$(BIN)/python -m course.translate build
+	$(BIN)/python -m course.translate status
 
 bench: data ## Measure images/s of each pipeline formulation; writes build/bench/
 	$(BIN)/python -m common.fast.benchmark --out build/bench

@@ -54,8 +54,12 @@ def build(path: Path, *, timeout: int = 600) -> None:
     jupytext.write(nb, twin_of(path.with_suffix(".ipynb")), fmt="py:percent")
 
 
-def problems(notebook: Path) -> list[str]:
-    """What is wrong with a committed notebook: execution order, errors, twin out of sync."""
+def problems(notebook: Path, *, twin: bool = True) -> list[str]:
+    """What is wrong with a committed notebook: execution order, errors, twin out of sync.
+
+    ``twin=False`` for the built Chinese edition (``chapters/zh/``), which has no twin: its
+    source is the English notebook plus a ``.po`` file (``course.translate``).
+    """
     nb = nbformat.read(notebook, as_version=4)
     found = []
     code = [c for c in nb.cells if c.cell_type == "code"]
@@ -66,11 +70,13 @@ def problems(notebook: Path) -> list[str]:
     for index, cell in enumerate(code, start=1):
         if any(out.get("output_type") == "error" for out in cell.get("outputs", [])):
             found.append(f"{notebook}: code cell {index} has an error output")
-    twin = twin_of(notebook)
-    if not twin.is_file():
-        found.append(f"{notebook}: its jupytext twin {twin} is missing")
-    elif jupytext.writes(nb, fmt="py:percent") != twin.read_text():
-        found.append(f"{notebook}: {twin.name} is out of sync (run `python -m course.notebooks "
+    if not twin:
+        return found
+    pair = twin_of(notebook)
+    if not pair.is_file():
+        found.append(f"{notebook}: its jupytext twin {pair} is missing")
+    elif jupytext.writes(nb, fmt="py:percent") != pair.read_text():
+        found.append(f"{notebook}: {pair.name} is out of sync (run `python -m course.notebooks "
                      "build` or `jupytext --sync` on it)")
     return found
 

@@ -14,6 +14,9 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "chapters").glob("*.ipynb")) + sorted(
     (REPO / "chapters" / "exercises").glob("*.ipynb"))
 IDS = [str(p.relative_to(REPO)) for p in NOTEBOOKS]
+#: The built Chinese edition (course.translate): same hygiene, no jupytext twin, Chinese headings.
+ZH_NOTEBOOKS = sorted((REPO / "chapters" / "zh").rglob("*.ipynb"))
+ZH_IDS = [str(p.relative_to(REPO)) for p in ZH_NOTEBOOKS]
 
 
 def test_there_are_chapters():
@@ -25,29 +28,37 @@ def test_executed_in_order_without_errors_and_twin_in_sync(notebook):
     assert problems(notebook) == []
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=IDS)
+@pytest.mark.parametrize("notebook", ZH_NOTEBOOKS, ids=ZH_IDS)
+def test_zh_notebook_executed_in_order_without_errors(notebook):
+    assert problems(notebook, twin=False) == []
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS + ZH_NOTEBOOKS, ids=IDS + ZH_IDS)
 def test_first_cell_names_the_guide_sections(notebook):
     first = nbformat.read(notebook, as_version=4).cells[0]
     assert first.cell_type == "markdown"
     assert first.source.startswith("# "), "the first cell starts with the title"
-    assert re.search(r"^\*\*Guide sections:\*\* .*§\d", first.source, re.M), \
-        "the first cell names the guide sections it mirrors (**Guide sections:** §x.y ...)"
+    label = "对应指南章节：" if "zh" in notebook.parts else "Guide sections:"
+    assert re.search(rf"^\*\*{label}\*\* .*§\d", first.source, re.M), \
+        f"the first cell names the guide sections it mirrors (**{label}** §x.y ...)"
     assert "GLOSSARY.md" in first.source
 
 
-CHAPTERS = [p for p in NOTEBOOKS if p.parent.name == "chapters"]
+CHAPTERS = [p for p in NOTEBOOKS + ZH_NOTEBOOKS if p.parent.name in ("chapters", "zh")]
 
 
-@pytest.mark.parametrize("notebook", CHAPTERS, ids=[p.name for p in CHAPTERS])
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=[str(p.relative_to(REPO)) for p in CHAPTERS])
 def test_chapter_ends_with_summary_and_exercises(notebook):
     headings = [line for cell in nbformat.read(notebook, as_version=4).cells
                 if cell.cell_type == "markdown" for line in cell.source.splitlines()
                 if line.startswith("## ")]
-    assert "## Summary" in headings and "## Exercises" in headings
-    assert headings.index("## Summary") < headings.index("## Exercises")
+    summary, exercises = ("## 小结", "## 练习") if "zh" in notebook.parts else (
+        "## Summary", "## Exercises")
+    assert summary in headings and exercises in headings
+    assert headings.index(summary) < headings.index(exercises)
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=IDS)
+@pytest.mark.parametrize("notebook", NOTEBOOKS + ZH_NOTEBOOKS, ids=IDS + ZH_IDS)
 def test_no_installs_or_downloads_in_notebooks(notebook):
     code = "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells
                      if c.cell_type == "code")

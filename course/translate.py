@@ -1,0 +1,244 @@
+"""The Chinese edition: ``python -m course.translate extract|build|status|check``.
+
+The English notebooks are the source of every code cell and stored output. The Chinese of each
+markdown cell lives in a gettext file ``chapters/zh/po/<stem>.po`` (one entry per markdown cell:
+``msgctxt`` = ``<notebook>#<cell index>``, ``msgid`` = the English cell, ``msgstr`` = its
+Chinese), so each translation records the English it was made from.
+
+- ``extract`` updates the ``.po`` files from the English notebooks: an unchanged cell keeps its
+  translation; a changed cell keeps its old translation marked ``fuzzy`` (with the old English as
+  ``#| msgid``); a new cell gets an empty entry; a removed cell's entry becomes obsolete (``#~``).
+- ``build`` writes ``chapters/zh/<same path>.ipynb`` for every notebook listed in
+  ``chapters/zh/TRANSLATED``: the English notebook with its markdown cells replaced.
+- ``status`` prints, per notebook, how much is translated; notebooks not listed in TRANSLATED
+  are *pending*. ``check`` fails (exit status 1) naming each notebook and cell whose translation
+  is missing, fuzzy or stale, and each built notebook that is out of date.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import polib
+
+from common.cli import option, parse_config
+from common.paths import chapters_dir
+
+LANGUAGE = "zh-CN"
+#: Old and new English this similar keep the old translation as a fuzzy draft.
+FUZZY_SIMILARITY = 0.5
+
+
+def zh_dir(chapters: Path | None = None) -> Path:
+    """``chapters/zh``: the built Chinese notebooks, ``po/`` and ``TRANSLATED``."""
+    return (chapters or chapters_dir()) / "zh"
+
+
+def english_notebooks(chapters: Path | None = None) -> list[str]:
+    """Every English notebook, relative to ``chapters/`` (``01_x.ipynb``, ``exercises/ex01.ipynb``)."""
+    chapters = chapters or chapters_dir()
+    found = sorted(chapters.glob("*.ipynb")) + sorted((chapters / "exercises").glob("*.ipynb"))
+    return [p.relative_to(chapters).as_posix() for p in found]
+
+
+def required(chapters: Path | None = None) -> list[str]:
+    """The notebooks that must be fully translated: ``chapters/zh/TRANSLATED``, one per line."""
+    listing = zh_dir(chapters) / "TRANSLATED"
+    if not listing.is_file():
+        return []
+    lines = [line.split("#")[0].strip() for line in listing.read_text(encoding="utf-8").splitlines()]
+    return [line for line in lines if line]
+
+
+def po_path(notebook: str, chapters: Path | None = None) -> Path:
+    """The translation file of a notebook: ``chapters/zh/po/<stem>.po``."""
+    return zh_dir(chapters) / "po" / (Path(notebook).stem + ".po")
+
+
+def context(notebook: str, index: int) -> str:
+    """The ``msgctxt`` of cell ``index`` (0-based, among all cells) of a notebook."""
+    return f"{notebook}#{index}"
+
+
+def markdown_cells(nb: nbformat.NotebookNode) -> list[tuple[int, str]]:
+    """``(index, source)`` of each markdown cell."""
+    return [(i, cell.source) for i, cell in enumerate(nb.cells) if cell.cell_type == "markdown"]
+
+
+def _describe(notebook: str, index: int, source: str) -> str:
+    first = source.strip().splitlines()[0][:60] if source.strip() else ""
+    return f"{notebook} cell #{index} ({first!r})"
+
+
+def _new_po(notebook: str) -> polib.POFile:
+    po = polib.POFile(wrapwidth=0)
+    po.metadata = {"Project-Id-Version": f"chapters/{notebook}", "Language": LANGUAGE,
+                   "MIME-Version": "1.0", "Content-Type": "text/plain; charset=UTF-8",
+                   "Content-Transfer-Encoding": "8bit"}
+    return po
+
+
+def load_po(notebook: str, chapters: Path | None = None) -> polib.POFile:
+    """The notebook's ``.po`` file, or an empty one if there is none yet."""
+    path = po_path(notebook, chapters)
+    return polib.pofile(str(path), wrapwidth=0) if path.is_file() else _new_po(notebook)
+
+
+def update_po(notebook: str, nb: nbformat.NotebookNode, old: polib.POFile) -> polib.POFile:
+    """A ``.po`` for the English ``nb``, keeping what ``old`` translated (see the module doc)."""
+    po = _new_po(notebook)
+    po.metadata.update({k: v for k, v in old.metadata.items() if k not in po.metadata})
+    previous = [e for e in old if e.msgstr and not e.obsolete]
+    used: set[int] = set()
+    cells = markdown_cells(nb)
+    matched: dict[int, polib.POEntry] = {}
+    for index, source in cells:  # first the unchanged cells, wherever they moved to
+        ctxt = context(notebook, index)
+        same = [e for e in previous if e.msgid == source and id(e) not in used]
+        same.sort(key=lambda e: e.msgctxt != ctxt)
+        if same:
+            used.add(id(same[0]))
+            matched[index] = same[0]
+    for index, source in cells:
+        entry = polib.POEntry(msgctxt=context(notebook, index), msgid=source, msgstr="")
+        if index in matched:
+            entry.msgstr, entry.flags = matched[index].msgstr, list(matched[index].flags)
+            entry.previous_msgid = matched[index].previous_msgid
+        else:  # changed: the most similar translation left over becomes a fuzzy draft
+            left = [e for e in previous if id(e) not in used]
+            scored = [(difflib.SequenceMatcher(None, e.msgid, source).ratio(), i)
+                      for i, e in enumerate(left)]
+            if scored and max(scored)[0] >= FUZZY_SIMILARITY:
+                draft = left[max(scored)[1]]
+                used.add(id(draft))
+                entry.msgstr, entry.flags = draft.msgstr, ["fuzzy"]
+                entry.previous_msgid = draft.msgid
+        po.append(entry)
+    for stale in previous:
+        if id(stale) not in used:
+            stale.obsolete = True
+            po.append(stale)
+    return po
+
+
+def problems_of(notebook: str, nb: nbformat.NotebookNode, po: polib.POFile) -> list[str]:
+    """Each markdown cell of ``nb`` without a current translation, named by notebook and cell."""
+    by_context = {e.msgctxt: e for e in po if not e.obsolete}
+    found = []
+    for index, source in markdown_cells(nb):
+        entry = by_context.get(context(notebook, index))
+        where = _describe(notebook, index, source)
+        if entry is None or entry.msgid != source:
+            found.append(f"{where}: the English changed or is new since the last extract; run "
+                         "`python -m course.translate extract`, then translate it")
+        elif not entry.msgstr:
+            found.append(f"{where}: not translated yet")
+        elif "fuzzy" in entry.flags:
+            found.append(f"{where}: translation is fuzzy (the English changed); update it and "
+                         "remove the fuzzy flag")
+    return found
+
+
+def build_notebook(notebook: str, nb: nbformat.NotebookNode, po: polib.POFile
+                   ) -> nbformat.NotebookNode:
+    """The Chinese notebook: ``nb`` with each translated markdown cell replaced.
+
+    Untranslated, fuzzy or stale cells stay English (``problems_of`` reports them).
+    """
+    zh = copy.deepcopy(nb)
+    by_context = {e.msgctxt: e for e in po if not e.obsolete}
+    for index, source in markdown_cells(nb):
+        entry = by_context.get(context(notebook, index))
+        if entry and entry.msgid == source and entry.msgstr and "fuzzy" not in entry.flags:
+            zh.cells[index].source = entry.msgstr
+    # No jupytext twin for the built edition: the .po file is what people edit and review.
+    zh.metadata.pop("jupytext", None)
+    zh.metadata["translation"] = {"language": LANGUAGE, "source": f"chapters/{notebook}",
+                                  "po": f"chapters/zh/po/{Path(notebook).stem}.po"}
+    return zh
+
+
+def build_text(notebook: str, chapters: Path | None = None) -> str:
+    """The built Chinese notebook as the text ``build`` writes."""
+    chapters = chapters or chapters_dir()
+    nb = nbformat.read(chapters / notebook, as_version=4)
+    return nbformat.writes(build_notebook(notebook, nb, load_po(notebook, chapters))) + "\n"
+
+
+def check(notebook: str, chapters: Path | None = None) -> list[str]:
+    """What keeps a required notebook from being complete and built."""
+    chapters = chapters or chapters_dir()
+    nb = nbformat.read(chapters / notebook, as_version=4)
+    found = problems_of(notebook, nb, load_po(notebook, chapters))
+    built = zh_dir(chapters) / notebook
+    if not built.is_file():
+        found.append(f"{notebook}: chapters/zh/{notebook} is missing (run `make translations`)")
+    elif built.read_text(encoding="utf-8") != build_text(notebook, chapters):
+        found.append(f"{notebook}: chapters/zh/{notebook} is out of date (run `make translations`)")
+    return found
+
+
+def status_lines(chapters: Path | None = None) -> list[str]:
+    """One line per English notebook: required or pending, and translated/fuzzy/missing counts."""
+    chapters = chapters or chapters_dir()
+    listed = set(required(chapters))
+    lines = []
+    for notebook in english_notebooks(chapters):
+        nb = nbformat.read(chapters / notebook, as_version=4)
+        total = len(markdown_cells(nb))
+        missing = len(problems_of(notebook, nb, load_po(notebook, chapters)))
+        state = "required" if notebook in listed else "pending "
+        verdict = "complete" if missing == 0 else f"{missing} cells to translate"
+        lines.append(f"{state} {notebook}: {total - missing}/{total} markdown cells "
+                     f"translated, {verdict}")
+    return lines
+
+
+@dataclass
+class TranslateConfig:
+    """The command line of ``python -m course.translate``."""
+
+    command: str = option("status", "extract: update the .po files; build: write chapters/zh/; "
+                          "status: progress per notebook; check: fail on anything missing",
+                          choices=("extract", "build", "status", "check"), positional=True,
+                          nargs="?")
+    notebooks: tuple[str, ...] = option((), "notebooks relative to chapters/ (default: all for "
+                                        "extract/status, those in chapters/zh/TRANSLATED for "
+                                        "build/check)", nargs="+")
+    chapters: Path | None = option(None, "the chapters folder (default: the repository's)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_config(TranslateConfig, argv, description=__doc__.splitlines()[0])
+    chapters = args.chapters or chapters_dir()
+    if args.command == "status":
+        print("\n".join(status_lines(chapters)))
+        return 0
+    default = english_notebooks(chapters) if args.command == "extract" else required(chapters)
+    failures = []
+    for notebook in args.notebooks or default:
+        if args.command == "extract":
+            nb = nbformat.read(chapters / notebook, as_version=4)
+            po = update_po(notebook, nb, load_po(notebook, chapters))
+            po_path(notebook, chapters).parent.mkdir(parents=True, exist_ok=True)
+            po.save(str(po_path(notebook, chapters)))
+            print(f"{po_path(notebook, chapters)}: {po.percent_translated()} % translated, "
+                  f"{len(po.fuzzy_entries())} fuzzy, {len(po.untranslated_entries())} untranslated")
+        elif args.command == "build":
+            target = zh_dir(chapters) / notebook
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(build_text(notebook, chapters), encoding="utf-8")
+            print(f"wrote {target}")
+        failures += check(notebook, chapters) if args.command in ("build", "check") else []
+    for failure in failures:
+        print(failure, file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,229 @@
+"""The Chinese edition (chapters/zh/): built from the English notebooks + .po files, kept in sync."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import polib
+import pytest
+
+from course import translate
+from course.assignments import exercises_of
+
+REPO = Path(__file__).resolve().parents[1]
+CHAPTERS = REPO / "chapters"
+REQUIRED = translate.required(CHAPTERS)
+ZH = CHAPTERS / "zh"
+
+CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
+FENCED = re.compile(r"```.*?```", re.S)
+INLINE_CODE = re.compile(r"`[^`\n]+`")
+LINK_TARGET = re.compile(r"\]\(([^)\s]+)\)")
+HTML_TAG = re.compile(r"<[^>]+>")
+
+
+def _pairs(notebook: str) -> list[tuple[int, str, str]]:
+    """``(index, english, chinese)`` for each markdown cell of a built notebook."""
+    english = nbformat.read(CHAPTERS / notebook, as_version=4)
+    chinese = nbformat.read(ZH / notebook, as_version=4)
+    return [(i, en.source, zh.source) for i, (en, zh) in enumerate(zip(english.cells, chinese.cells))
+            if en.cell_type == "markdown"]
+
+
+def _prose(markdown: str) -> str:
+    """Markdown without code, link targets, tags, math and §-numbers: what a reader reads as text."""
+    text = FENCED.sub(" ", markdown)
+    text = INLINE_CODE.sub(" ", text)
+    text = LINK_TARGET.sub("]", text)
+    text = HTML_TAG.sub(" ", text)
+    return re.sub(r"\$[^$]*\$", " ", text)
+
+
+def test_every_english_notebook_is_required_or_reported_pending(capsys):
+    assert translate.main(["status"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    notebooks = translate.english_notebooks(CHAPTERS)
+    assert set(REQUIRED) <= set(notebooks), f"TRANSLATED lists unknown notebooks: {REQUIRED}"
+    for notebook in notebooks:
+        state = "required" if notebook in REQUIRED else "pending"
+        assert any(line.startswith(state) and f" {notebook}:" in line for line in lines), notebook
+    # No built Chinese notebook without a required English one (a renamed or deleted chapter).
+    built = {p.relative_to(ZH).as_posix() for p in ZH.rglob("*.ipynb")}
+    assert built == set(REQUIRED)
+
+
+@pytest.mark.parametrize("notebook", REQUIRED)
+def test_required_notebook_is_fully_translated_and_built(notebook):
+    """Every markdown cell has a non-fuzzy translation of the current English, and zh is rebuilt."""
+    assert translate.check(notebook, CHAPTERS) == []
+
+
+@pytest.mark.parametrize("notebook", REQUIRED)
+def test_code_cells_and_outputs_are_the_english_ones(notebook):
+    english = nbformat.read(CHAPTERS / notebook, as_version=4)
+    chinese = nbformat.read(ZH / notebook, as_version=4)
+    assert [c.cell_type for c in chinese.cells] == [c.cell_type for c in english.cells]
+    for index, (en, zh) in enumerate(zip(english.cells, chinese.cells)):
+        if en.cell_type == "code":
+            assert (zh.source, zh.outputs, zh.execution_count, zh.metadata) == (
+                en.source, en.outputs, en.execution_count, en.metadata), f"{notebook} cell #{index}"
+        else:
+            assert zh.source != en.source or not LATIN_WORD.search(_prose(en.source)), \
+                f"{notebook} cell #{index} is still the English"
+
+
+@pytest.mark.parametrize("notebook", REQUIRED)
+def test_each_cell_reads_as_chinese(notebook):
+    """No English paragraph left: a cell's prose (without code and identifiers) is mostly CJK."""
+    for index, english, chinese in _pairs(notebook):
+        words = LATIN_WORD.findall(_prose(english))
+        if len(words) < 4:  # a heading such as "## `collate_fn`" may stay as it is
+            continue
+        prose = _prose(chinese)
+        cjk = len(CJK.findall(prose))
+        latin = sum(len(w) for w in LATIN_WORD.findall(prose))
+        assert cjk >= 0.5 * latin and cjk >= 4, \
+            f"{notebook} cell #{index}: {cjk} CJK vs {latin} Latin letters: {chinese[:80]!r}"
+
+
+@pytest.mark.parametrize("notebook", REQUIRED)
+def test_guide_text_code_and_links_are_kept(notebook):
+    """The guide's Chinese, the code, the §-numbers and the link targets survive translation."""
+    for index, english, chinese in _pairs(notebook):
+        where = f"{notebook} cell #{index}"
+        for run in re.findall(r"[\u3400-\u9fff][\u3400-\u9fff0-9A-Za-z·、，。：（）《》“”]*", english):
+            assert run in chinese, f"{where}: the guide's {run!r} is not kept verbatim"
+        for block in FENCED.findall(english):
+            assert block in chinese, f"{where}: code block changed: {block[:60]!r}"
+        assert sorted(re.findall(r"§\d+(?:\.\d+)*", english)) == sorted(
+            re.findall(r"§\d+(?:\.\d+)*", chinese)), f"{where}: section numbers differ"
+        missing = set(INLINE_CODE.findall(english)) - set(INLINE_CODE.findall(chinese))
+        assert not missing, f"{where}: inline code dropped or changed: {sorted(missing)}"
+        for target in LINK_TARGET.findall(chinese):
+            if not re.match(r"[a-z]+:|#", target):
+                path = (ZH / notebook).parent / target.split("#")[0]
+                assert path.exists(), f"{where}: link {target} does not resolve from chapters/zh"
+
+
+def glossary() -> list[dict[str, str]]:
+    """The glossary's table rows as ``{column: text}`` (columns by their header)."""
+    rows, header = [], None
+    for line in (REPO / "GLOSSARY.md").read_text(encoding="utf-8").splitlines():
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+        elif not set(line) <= set("|-: "):
+            rows.append(dict(zip(header, cells)))
+    return rows
+
+
+def _variants(term: str) -> list[str]:
+    return [t.strip() for t in re.split(r"\s*/\s*", term) if t.strip()]
+
+
+def _english_names(entry: dict[str, str]) -> list[str]:
+    """The English words of an entry, without the parenthesised identifiers."""
+    plain = re.sub(r"\([^)]*\)", "", entry["English"]).strip()
+    return [w for w in _variants(plain) if len(w) > 3 and " " in w]
+
+
+def test_glossary_defines_every_term_in_chinese():
+    rows = glossary()
+    assert len(rows) > 60
+    for row in rows:
+        assert CJK.search(row.get("中文释义", "")), f"no Chinese definition for {row['中文']}"
+    terms = " / ".join(row["中文"] + " / " + row["English"] for row in rows)
+    for needed in ("批归一化", "BatchNorm", "SyncBatchNorm", "GroupNorm", "学习率预热", "warm-up",
+                   "节点", "node", "梯度分桶", "bucket", "persistent_workers", "校验和",
+                   "checksum", "WebDataset", "分片", "shard"):
+        assert needed in terms, needed
+
+
+@pytest.mark.parametrize("notebook", REQUIRED)
+def test_glossary_terms_are_the_ones_used(notebook):
+    """Where an English cell uses a glossary term (several words), the zh cell uses its 中文."""
+    entries = [(names, _variants(row["中文"])) for row in glossary()
+               if (names := _english_names(row))]
+    for index, english, chinese in _pairs(notebook):
+        prose = _prose(english).lower()
+        for names, chinese_terms in entries:
+            if any(re.search(rf"\b{re.escape(n.lower())}\b", prose) for n in names):
+                assert any(t in chinese for t in chinese_terms), \
+                    f"{notebook} cell #{index} says {names[0]!r}; the glossary's {chinese_terms} " \
+                    "is not in the Chinese"
+
+
+def _copy_of(tmp_path: Path, notebook: str) -> Path:
+    chapters = tmp_path / "chapters"
+    (chapters / "zh" / "po").mkdir(parents=True)
+    (chapters / notebook).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(CHAPTERS / notebook, chapters / notebook)
+    shutil.copy(translate.po_path(notebook, CHAPTERS), translate.po_path(notebook, chapters))
+    (chapters / "zh" / "TRANSLATED").write_text(notebook + "\n")
+    assert translate.main(["build", "--chapters", str(chapters)]) == 0
+    return chapters
+
+
+def test_a_changed_or_new_english_cell_fails_naming_notebook_and_cell(tmp_path, capsys):
+    notebook = REQUIRED[0]
+    chapters = _copy_of(tmp_path, notebook)
+    nb = nbformat.read(chapters / notebook, as_version=4)
+    changed = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and i > 0)
+    nb.cells[changed].source += "\nOne more English sentence."
+    nb.cells.insert(changed + 1, nbformat.v4.new_markdown_cell("A brand-new English paragraph."))
+    nbformat.write(nb, chapters / notebook)
+
+    before_extract = " ".join(translate.check(notebook, chapters))
+    assert f"{notebook} cell #{changed} " in before_extract and "English changed" in before_extract
+
+    assert translate.main(["extract", "--chapters", str(chapters)]) == 0
+    assert translate.main(["check", "--chapters", str(chapters)]) == 1
+    err = capsys.readouterr().err
+    assert f"{notebook} cell #{changed} " in err and "fuzzy" in err
+    assert f"{notebook} cell #{changed + 1} " in err and "not translated" in err
+
+    po = polib.pofile(str(translate.po_path(notebook, chapters)))
+    for entry in po:
+        if entry.msgctxt in (translate.context(notebook, changed),
+                             translate.context(notebook, changed + 1)):
+            entry.msgstr, entry.flags = "新的中文译文，补上了这一段。", []
+    po.save()
+    assert translate.main(["build", "--chapters", str(chapters)]) == 0
+    assert translate.check(notebook, chapters) == []
+
+
+def test_extract_keeps_translations_of_moved_cells(tmp_path):
+    notebook = REQUIRED[0]
+    chapters = _copy_of(tmp_path, notebook)
+    nb = nbformat.read(chapters / notebook, as_version=4)
+    nb.cells.insert(1, nbformat.v4.new_code_cell("x = 1"))
+    nbformat.write(nb, chapters / notebook)
+    assert translate.main(["extract", "--chapters", str(chapters)]) == 0
+    problems = translate.problems_of(notebook, nb, translate.load_po(notebook, chapters))
+    assert problems == []  # every cell moved by one index and kept its translation
+
+
+def test_zh_exercises_have_the_english_exercises_and_points():
+    for notebook in (n for n in REQUIRED if n.startswith("exercises/")):
+        english = exercises_of(nbformat.read(CHAPTERS / notebook, as_version=4), name=notebook)
+        chinese = exercises_of(nbformat.read(ZH / notebook, as_version=4), name=notebook)
+        assert [(e.key, e.points) for e in chinese] == [(e.key, e.points) for e in english]
+
+
+def test_readmes_link_each_other_and_troubleshooting_keeps_the_errors():
+    assert "README.zh-CN.md" in (REPO / "README.md").read_text().split("\n## ")[0]
+    assert "README.md" in (REPO / "README.zh-CN.md").read_text().split("\n## ")[0]
+    english = (REPO / "TROUBLESHOOTING.md").read_text()
+    chinese = (REPO / "TROUBLESHOOTING.zh-CN.md").read_text()
+    for block in FENCED.findall(english):  # the messages people paste into a search engine
+        assert block in chinese, f"TROUBLESHOOTING.zh-CN.md lacks {block[:70]!r}"
+    headings = [h for h in re.findall(r"^## .*", english, re.M)]
+    assert len(re.findall(r"^## .*", chinese, re.M)) == len(headings)
+    assert len(CJK.findall(_prose(chinese))) > 2000
