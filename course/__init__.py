@@ -1,6 +1,7 @@
-"""Course tooling for instructors and maintainers: assignments, grading, notebook builds, the site.
+"""Course tooling for instructors and maintainers: assignments, grading, notebook builds, the site,
+the Chinese edition.
 
 Not part of the learner's package: ``common`` never imports ``course``; ``course`` may import
 anything. Entry points: ``python -m course.assignments``, ``python -m course.grading``,
-``python -m course.notebooks``, ``python -m course.site``.
+``python -m course.notebooks``, ``python -m course.site``, ``python -m course.translate``.
 """

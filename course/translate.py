@@ -199,6 +199,11 @@ def status_lines(chapters: Path | None = None) -> list[str]:
     return lines
 
 
+def _shown(path: Path, chapters: Path) -> str:
+    """``chapters/zh/...`` rather than an absolute path, in messages."""
+    return (Path(chapters.name) / path.relative_to(chapters)).as_posix()
+
+
 @dataclass
 class TranslateConfig:
     """The command line of ``python -m course.translate``."""
@@ -227,13 +232,13 @@ def main(argv: list[str] | None = None) -> int:
             po = update_po(notebook, nb, load_po(notebook, chapters))
             po_path(notebook, chapters).parent.mkdir(parents=True, exist_ok=True)
             po.save(str(po_path(notebook, chapters)))
-            print(f"{po_path(notebook, chapters)}: {po.percent_translated()} % translated, "
+            print(f"{_shown(po_path(notebook, chapters), chapters)}: {po.percent_translated()} % translated, "
                   f"{len(po.fuzzy_entries())} fuzzy, {len(po.untranslated_entries())} untranslated")
         elif args.command == "build":
             target = zh_dir(chapters) / notebook
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(build_text(notebook, chapters), encoding="utf-8")
-            print(f"wrote {target}")
+            print(f"wrote {_shown(target, chapters)}")
         failures += check(notebook, chapters) if args.command in ("build", "check") else []
     for failure in failures:
         print(failure, file=sys.stderr)
