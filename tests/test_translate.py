@@ -230,3 +230,19 @@ def test_readmes_link_each_other_and_troubleshooting_keeps_the_errors():
     headings = [h for h in re.findall(r"^## .*", english, re.M)]
     assert len(re.findall(r"^## .*", chinese, re.M)) == len(headings)
     assert len(CJK.findall(_prose(chinese))) > 2000
+
+
+def test_student_versions_of_the_zh_exercises_match_the_english(tmp_path):
+    """`python -m course.assignments build --sources chapters/zh/exercises` hands out the same work."""
+    from course.assignments import build, instructor_sources
+
+    english = build(tmp_path / "en", instructor_sources(CHAPTERS / "exercises"))
+    chinese = build(tmp_path / "zh", instructor_sources(ZH / "exercises"))
+    assert chinese == {stem: english[stem] for stem in chinese}
+    assert {f"exercises/{stem}.ipynb" for stem in chinese} == {
+        n for n in REQUIRED if n.startswith("exercises/")}
+    for stem in chinese:
+        en = nbformat.read(tmp_path / "en" / f"{stem}.ipynb", as_version=4)
+        zh = nbformat.read(tmp_path / "zh" / f"{stem}.ipynb", as_version=4)
+        assert [c.source for c in zh.cells if c.cell_type == "code"] == [
+            c.source for c in en.cells if c.cell_type == "code"]
