@@ -8,6 +8,7 @@ the size of the whole index. One NumPy buffer has no per-item reference counts.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import warnings
@@ -22,6 +23,7 @@ from torch.utils.data import Dataset
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 
 _INTEGER = re.compile(r"^[+-]?\d+$")
+_INT64_MAX = np.iinfo(np.int64).max
 
 
 def readonly_view(array: np.ndarray) -> np.ndarray:
@@ -41,27 +43,30 @@ class BadSampleError(ValueError):
     """
 
 
-def load_rgb(path: str | os.PathLike, *, where: str = "") -> Image.Image:
+def load_rgb(path: str | os.PathLike, *, where: str = "",
+             max_pixels: int | None = None) -> Image.Image:
     """Open an image file and decode it fully as RGB, naming the file on failure.
 
     Args:
         path: Image file.
         where: Extra context for the error message, e.g. ``"labels.csv line 7"``.
+        max_pixels: Refuse images with more pixels than this (see ``open_image``).
 
     Raises:
-        BadSampleError: If the file is missing, not an image, or truncated.
+        BadSampleError: If the file is missing, not an image, truncated or too large.
 
     Introduced in chapters/02_1_dataset_dataloader.ipynb.
     """
     path = Path(path)  # a NumPy string would show as np.str_('...') in PIL's message
     with decode_errors(describe_image(path, where)):
-        with Image.open(path) as image:
+        with open_image(path, max_pixels=max_pixels) as image:
             return image.convert("RGB")  # convert() forces the full decode
 
 
-#: What PIL (OSError, UnidentifiedImageError, SyntaxError, ValueError) and torchvision.io
-#: (RuntimeError) raise for a missing, corrupt or truncated image.
-DECODE_ERRORS = (OSError, UnidentifiedImageError, SyntaxError, ValueError, RuntimeError)
+#: What PIL (OSError, UnidentifiedImageError, SyntaxError, ValueError, DecompressionBombError)
+#: and torchvision.io (RuntimeError) raise for a missing, corrupt, truncated or huge image.
+DECODE_ERRORS = (OSError, UnidentifiedImageError, SyntaxError, ValueError, RuntimeError,
+                 Image.DecompressionBombError)
 
 
 def describe_image(path: str | os.PathLike, where: str = "") -> str:
@@ -70,6 +75,45 @@ def describe_image(path: str | os.PathLike, where: str = "") -> str:
     Introduced in chapters/02_1_dataset_dataloader.ipynb.
     """
     return f"cannot decode image {path}" + (f" ({where})" if where else "")
+
+
+def check_pixels(size: tuple[int, int], max_pixels: int | None = None) -> None:
+    """Refuse an image of ``size = (width, height)`` with more than ``max_pixels`` pixels.
+
+    ``max_pixels=None`` means PIL's own limit, ``PIL.Image.MAX_IMAGE_PIXELS`` (89,478,485
+    pixels by default, about 268 MB once decoded as RGB), read at each call; PIL only warns
+    above it, this refuses. ``PIL.Image.MAX_IMAGE_PIXELS = None`` and no ``max_pixels``
+    turn the check off. Call it on the header's size, before decoding any pixel.
+
+    Raises:
+        ValueError: Saying the size, the limit and how to raise it.
+
+    Introduced in chapters/02_1_dataset_dataloader.ipynb.
+    """
+    limit = Image.MAX_IMAGE_PIXELS if max_pixels is None else max_pixels
+    width, height = size
+    if limit is not None and width * height > limit:
+        raise ValueError(f"{width}x{height} = {width * height:,} pixels is over the limit of "
+                         f"{limit:,} (a decompression bomb, or a real image that large: pass "
+                         "max_pixels=... to the dataset, or raise PIL.Image.MAX_IMAGE_PIXELS)")
+
+
+@contextmanager
+def open_image(source, *, max_pixels: int | None = None) -> Iterator[Image.Image]:
+    """``Image.open`` (lazy: the header only) and ``check_pixels`` before anything is decoded.
+
+    PIL's own warning for large images is silenced here because ``check_pixels`` decides;
+    images over twice ``PIL.Image.MAX_IMAGE_PIXELS`` still raise PIL's
+    ``DecompressionBombError`` inside ``Image.open`` (``decode_errors`` names the file).
+
+    Introduced in chapters/02_1_dataset_dataloader.ipynb.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        image = Image.open(source)
+    with image:
+        check_pixels(image.size, max_pixels)
+        yield image
 
 
 @contextmanager
@@ -86,7 +130,33 @@ def decode_errors(message: str, error_type: type[Exception] = BadSampleError) ->
     except DECODE_ERRORS as error:
         if isinstance(error, error_type):
             raise
-        raise error_type(f"{message}: {error}") from error
+        hint = (" (raise PIL.Image.MAX_IMAGE_PIXELS to accept it)"
+                if isinstance(error, Image.DecompressionBombError) else "")
+        raise error_type(f"{message}: {error}{hint}") from error
+
+
+def decode_text(data: bytes, source: str, *, first_line: int = 1) -> str:
+    """UTF-8 ``data`` as text (a leading BOM dropped), refusing binary or other encodings.
+
+    Raises:
+        BadSampleError: Naming ``source`` and the line of the first NUL byte or of the
+            first byte that is not UTF-8 (Latin-1, a binary file, ...).
+
+    Introduced in chapters/02_1_dataset_dataloader.ipynb.
+    """
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        line = first_line + data.count(b"\n", 0, nul)
+        raise BadSampleError(f"{source} line {line}: holds a "
+                             "NUL byte (a binary file, or a NUL in a file name); an annotations "
+                             "file must be UTF-8 text")
+    try:
+        return data.decode("utf-8-sig" if first_line == 1 else "utf-8")
+    except UnicodeDecodeError as error:
+        line = first_line + data.count(b"\n", 0, error.start)
+        raise BadSampleError(f"{source} line {line}: not UTF-8 text (byte "
+                             f"0x{data[error.start]:02x}); save it as UTF-8, e.g. "
+                             "iconv -f latin1 -t utf-8") from error
 
 
 def resolve_inside(root: Path, relative: str, *, where: str) -> Path:
@@ -97,6 +167,8 @@ def resolve_inside(root: Path, relative: str, *, where: str) -> Path:
 
     Introduced in chapters/02_1_dataset_dataloader.ipynb.
     """
+    if "\x00" in relative:
+        raise BadSampleError(f"{where}: path {relative!r} holds a NUL byte")
     candidate = Path(relative)
     if candidate.is_absolute() or ".." in candidate.parts or relative.strip() == "":
         raise BadSampleError(f"{where}: path {relative!r} must be relative to {root} "
@@ -124,14 +196,19 @@ def parse_label(text: str, *, where: str, num_classes: int | None = None) -> int
     if value < 0 or (num_classes is not None and value >= num_classes):
         limit = f"0..{num_classes - 1}" if num_classes is not None else ">= 0"
         raise BadSampleError(f"{where}: label {value} is not a known class ({limit})")
+    if value > _INT64_MAX:
+        raise BadSampleError(f"{where}: label {text.strip()!r} does not fit in a 64-bit integer")
     return value
 
 
 def _read_annotations(annotations_file: Path) -> pd.DataFrame:
     try:
-        frame = pd.read_csv(annotations_file, dtype=str, keep_default_na=False)
+        data = annotations_file.read_bytes()
     except FileNotFoundError as error:
         raise FileNotFoundError(f"annotations file {annotations_file} does not exist") from error
+    text = decode_text(data, str(annotations_file))
+    try:
+        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError as error:
         raise BadSampleError(f"{annotations_file} is empty (expected a header line "
                              "'file_name,label' and one line per image)") from error
@@ -147,6 +224,37 @@ def _read_annotations(annotations_file: Path) -> pd.DataFrame:
         raise BadSampleError(f"{annotations_file} line 1: {list(frame.columns)} looks like a "
                              "data row; the CSV needs a header line 'file_name,label'")
     return frame
+
+
+def _check_duplicates(csv_name: str, frame: pd.DataFrame, paths: list[str], labels: list[int],
+                      lines: list[int], skipped: list, on_bad: str) -> tuple[list[int], pd.DataFrame]:
+    """Which usable rows to keep, and the repeated ones; refuses a file with two labels."""
+    rows_of: dict[str, list[int]] = {}
+    for i, path in enumerate(paths):
+        rows_of.setdefault(path, []).append(i)
+    names = frame.iloc[:, 0].tolist()
+    conflicting, repeats = set(), []
+    for rows in rows_of.values():
+        if len(rows) < 2:
+            continue
+        name = names[lines[rows[0]] - 2]
+        if len({labels[i] for i in rows}) > 1:
+            listed = ", ".join(f"line {lines[i]} label {labels[i]}" for i in rows)
+            reason = (f"{csv_name} line {lines[rows[1]]}: file {name!r} has conflicting labels "
+                      f"({listed}); one file needs one label")
+            if on_bad == "raise":
+                raise BadSampleError(reason)
+            conflicting.update(rows)
+            skipped.extend((lines[i], names[lines[i] - 2], reason) for i in rows)
+        else:
+            repeats.extend((lines[i], names[lines[i] - 2], lines[rows[0]]) for i in rows[1:])
+    duplicates = pd.DataFrame(repeats, columns=["line", "file_name", "first_line"])
+    if repeats:
+        line, name, first = repeats[0]
+        warnings.warn(f"{csv_name}: {len(repeats)} row(s) repeat a file already listed with the "
+                      f"same label, first {name!r} at line {line} (also line {first}); each row "
+                      "is kept as a sample, listed in .duplicates", stacklevel=3)
+    return [i for i in range(len(paths)) if i not in conflicting], duplicates
 
 
 class CustomImageDataset(Dataset):
@@ -166,6 +274,12 @@ class CustomImageDataset(Dataset):
             rows out, lists them in ``self.skipped`` and warns with their count.
         check_images: Also decode every image now (slower) so corrupt files are found at
             construction rather than in the middle of an epoch.
+        max_pixels: Refuse images with more pixels (default ``PIL.Image.MAX_IMAGE_PIXELS``;
+            see ``check_pixels``).
+
+    A file listed on several lines with one label is kept once per line (oversampling) and
+    reported in a warning and ``self.duplicates``; a file listed with two different labels
+    is a bad row (with ``on_bad="skip"`` every row of that file is left out).
 
     Raises:
         BadSampleError: Naming the CSV line and file of the first problem (``on_bad="raise"``).
@@ -176,7 +290,7 @@ class CustomImageDataset(Dataset):
     def __init__(self, annotations_file: str | os.PathLike, img_dir: str | os.PathLike,
                  transform: Callable | None = None, target_transform: Callable | None = None,
                  *, num_classes: int | None = None, on_bad: str = "raise",
-                 check_images: bool = False) -> None:
+                 check_images: bool = False, max_pixels: int | None = None) -> None:
         if on_bad not in ("raise", "skip"):
             raise ValueError(f"on_bad must be 'raise' or 'skip', got {on_bad!r}")
         self.annotations_file = Path(annotations_file)
@@ -185,6 +299,7 @@ class CustomImageDataset(Dataset):
             raise FileNotFoundError(f"image folder {self.img_dir} does not exist")
         self.transform = transform
         self.target_transform = target_transform
+        self.max_pixels = max_pixels
         frame = _read_annotations(self.annotations_file)
         paths, labels, lines, skipped = [], [], [], []
         for row, (name, label) in enumerate(frame.itertuples(index=False, name=None)):
@@ -199,6 +314,10 @@ class CustomImageDataset(Dataset):
             paths.append(str(path))
             labels.append(value)
             lines.append(row + 2)
+        keep, self.duplicates = _check_duplicates(self.annotations_file.name, frame, paths,
+                                                  labels, lines, skipped, on_bad)
+        paths, labels, lines = ([items[i] for i in keep] for items in (paths, labels, lines))
+        skipped.sort()
         self.skipped = pd.DataFrame(skipped, columns=["line", "file_name", "reason"])
         if skipped:
             lines_skipped = ", ".join(str(line) for line, _, _ in skipped)
@@ -216,7 +335,7 @@ class CustomImageDataset(Dataset):
         path = resolve_inside(self.img_dir, name, where=where)
         value = parse_label(label, where=f"{where}: {name!r}", num_classes=num_classes)
         if check_images:
-            load_rgb(path, where=where)
+            load_rgb(path, where=where, max_pixels=self.max_pixels)
         return path, value
 
     def __len__(self) -> int:
@@ -233,7 +352,7 @@ class CustomImageDataset(Dataset):
 
     def __getitem__(self, idx: int):
         where = f"{self.annotations_file.name} line {self._lines[idx]}"
-        image = load_rgb(self._paths[idx], where=where)
+        image = load_rgb(self._paths[idx], where=where, max_pixels=self.max_pixels)
         label = int(self._labels[idx])
         if self.transform:
             image = self.transform(image)
@@ -255,16 +374,17 @@ class CustomDataset(Dataset):
         transform: Applied to the PIL image.
         classes: Class names; default the sorted set of the files' parent folder names.
         root: If given, every file must lie inside it (no ``..``, no links out).
+        max_pixels: Refuse images with more pixels (default ``PIL.Image.MAX_IMAGE_PIXELS``).
 
     Introduced in chapters/02_3_custom_datasets.ipynb.
     """
 
     def __init__(self, file_list: Sequence[str | os.PathLike], transform: Callable | None = None,
                  *, classes: Sequence[str] | None = None,
-                 root: str | os.PathLike | None = None) -> None:
+                 root: str | os.PathLike | None = None, max_pixels: int | None = None) -> None:
         if len(file_list) == 0:
             raise BadSampleError("file_list is empty")
-        self.transform = transform
+        self.transform, self.max_pixels = transform, max_pixels
         self.root = Path(root) if root is not None else None
         checked = [self._check_file(Path(f), i) for i, f in enumerate(file_list)]
         names = sorted({p.parent.name for p in checked}) if classes is None else list(classes)
@@ -315,7 +435,8 @@ class CustomDataset(Dataset):
         return len(self._labels)
 
     def __getitem__(self, index: int):
-        image = load_rgb(self._paths[index])
+        image = load_rgb(self._paths[index], where=f"file_list[{index}]",
+                         max_pixels=self.max_pixels)
         label = int(self._labels[index])
         if self.transform:
             image = self.transform(image)
