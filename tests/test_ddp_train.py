@@ -302,3 +302,16 @@ def test_two_agents_on_loopback_train_together(data13, one_process, tmp_path):
         assert agent.returncode == 0, output[-3000:]
     assert _records(tmp_path, "start")[0]["world_size"] == 2
     _assert_close(_weights(tmp_path), _weights(one_process), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.slow
+def test_resume_mid_epoch_on_another_number_of_ranks(data13, one_process, tmp_path):
+    # 1 process stops after step 4 (mid-epoch 1); 2 ranks finish: the samples consumed so far are
+    # a prefix of the epoch's shuffled order on any number of ranks, so the result is the same.
+    snapshot = str(tmp_path / "snap.pt")
+    assert main(_args(data13, tmp_path, "--snapshot", snapshot, "--max-steps", "4")) == 0
+    _torchrun(data13, tmp_path, "--snapshot", snapshot)
+    resumed = _records(tmp_path, "resume")[-1]
+    assert (resumed["step"], resumed["batch_in_epoch"]) == (4, 1)
+    assert _records(tmp_path, "done")[-1]["step"] == 6
+    _assert_close(_weights(tmp_path), _weights(one_process), rtol=RTOL, atol=ATOL)
