@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
-from common.data import BadSampleError, decode_text, load_rgb, parse_label, resolve_inside
+from common.annotations import decode_text
+from common.data import BadSampleError, load_rgb, parse_label, resolve_inside
 
 
 def shard_of(rank: int = 0, world_size: int = 1) -> tuple[int, int]:
@@ -38,7 +39,8 @@ class CsvImageStream(IterableDataset):
     workers (and ``world_size`` processes) every row is read exactly once. Rows are
     validated as they stream past, with the CSV line in the error; every reader checks every
     row's label (cheap: no image is opened), so a file listed twice with different labels is
-    refused and one listed twice with the same label is reported (a warning, from shard 0).
+    refused and one listed twice with the same label is reported (a warning, from shard 0);
+    this keeps one small entry per distinct file name in memory during a pass.
 
     Args:
         annotations_file: The CSV (header line, then ``file_name,label`` rows).

@@ -245,6 +245,9 @@ def test_ensure_shards_rewrites_only_when_needed(source, tmp_path):
     first.write_bytes(b"damaged")
     ensure_shards(samples, tmp_path, shard_size=10)
     assert len(list(read_shard(first))) == 10  # damaged: rewritten
+    (tmp_path / "manifest.json").write_text('{"shards": 3}')
+    ensure_shards(samples, tmp_path, shard_size=10)
+    assert len(read_manifest(tmp_path)) == 3  # a damaged manifest: rewritten
     relabelled = [(path, (label + 1) % 6) for path, label in samples]
     ensure_shards(relabelled, tmp_path, shard_size=10)
     assert [r.label for r in read_shard(first)] == [label for _, label in relabelled[:10]]

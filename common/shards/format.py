@@ -229,8 +229,12 @@ def ensure_shards(samples: Sequence[tuple[str | os.PathLike, int]], out_dir: str
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
     manifest = Path(out_dir) / MANIFEST_NAME
-    if manifest.is_file():
-        shards, source = read_manifest(manifest), hashlib.sha256()
+    try:
+        shards = read_manifest(manifest) if manifest.is_file() else None
+    except ShardError:
+        shards = None  # a damaged manifest: rewrite every shard
+    if shards is not None:
+        source = hashlib.sha256()
         for image_path, label in samples:
             source.update(Path(image_path).read_bytes() + str(int(label)).encode("ascii"))
         written = json.loads(manifest.read_text())
