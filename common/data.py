@@ -9,7 +9,6 @@ the size of the whole index. One NumPy buffer has no per-item reference counts.
 from __future__ import annotations
 
 import os
-import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,7 +20,18 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 
-_INTEGER = re.compile(r"^[+-]?\d+$")
+from common.annotations import (
+    BadSampleError,
+    check_duplicates,
+    parse_label,
+    read_annotations,
+    resolve_inside,
+)
+
+__all__ = ["BadSampleError", "CustomDataset", "CustomImageDataset", "DECODE_ERRORS", "check_pixels",
+           "decode_errors", "describe_image", "load_rgb", "open_image", "parse_label",
+           "readonly_view", "resolve_inside"]
+
 
 
 def readonly_view(array: np.ndarray) -> np.ndarray:
@@ -34,34 +44,30 @@ def readonly_view(array: np.ndarray) -> np.ndarray:
     return view
 
 
-class BadSampleError(ValueError):
-    """A sample that cannot be used: the message names the file (and CSV line).
-
-    Introduced in chapters/02_1_dataset_dataloader.ipynb.
-    """
-
-
-def load_rgb(path: str | os.PathLike, *, where: str = "") -> Image.Image:
+def load_rgb(path: str | os.PathLike, *, where: str = "",
+             max_pixels: int | None = None) -> Image.Image:
     """Open an image file and decode it fully as RGB, naming the file on failure.
 
     Args:
         path: Image file.
         where: Extra context for the error message, e.g. ``"labels.csv line 7"``.
+        max_pixels: Refuse images with more pixels than this (see ``open_image``).
 
     Raises:
-        BadSampleError: If the file is missing, not an image, or truncated.
+        BadSampleError: If the file is missing, not an image, truncated or too large.
 
     Introduced in chapters/02_1_dataset_dataloader.ipynb.
     """
     path = Path(path)  # a NumPy string would show as np.str_('...') in PIL's message
     with decode_errors(describe_image(path, where)):
-        with Image.open(path) as image:
+        with open_image(path, max_pixels=max_pixels) as image:
             return image.convert("RGB")  # convert() forces the full decode
 
 
-#: What PIL (OSError, UnidentifiedImageError, SyntaxError, ValueError) and torchvision.io
-#: (RuntimeError) raise for a missing, corrupt or truncated image.
-DECODE_ERRORS = (OSError, UnidentifiedImageError, SyntaxError, ValueError, RuntimeError)
+#: What PIL (OSError, UnidentifiedImageError, SyntaxError, ValueError, DecompressionBombError)
+#: and torchvision.io (RuntimeError) raise for a missing, corrupt, truncated or huge image.
+DECODE_ERRORS = (OSError, UnidentifiedImageError, SyntaxError, ValueError, RuntimeError,
+                 Image.DecompressionBombError)
 
 
 def describe_image(path: str | os.PathLike, where: str = "") -> str:
@@ -70,6 +76,45 @@ def describe_image(path: str | os.PathLike, where: str = "") -> str:
     Introduced in chapters/02_1_dataset_dataloader.ipynb.
     """
     return f"cannot decode image {path}" + (f" ({where})" if where else "")
+
+
+def check_pixels(size: tuple[int, int], max_pixels: int | None = None) -> None:
+    """Refuse an image of ``size = (width, height)`` with more than ``max_pixels`` pixels.
+
+    ``max_pixels=None`` means PIL's own limit, ``PIL.Image.MAX_IMAGE_PIXELS`` (89,478,485
+    pixels by default, about 268 MB once decoded as RGB), read at each call; PIL only warns
+    above it, this refuses. ``PIL.Image.MAX_IMAGE_PIXELS = None`` and no ``max_pixels``
+    turn the check off. Call it on the header's size, before decoding any pixel.
+
+    Raises:
+        ValueError: Saying the size, the limit and how to raise it.
+
+    Introduced in chapters/02_1_dataset_dataloader.ipynb.
+    """
+    limit = Image.MAX_IMAGE_PIXELS if max_pixels is None else max_pixels
+    width, height = size
+    if limit is not None and width * height > limit:
+        raise ValueError(f"{width}x{height} = {width * height:,} pixels is over the limit of "
+                         f"{limit:,} (a decompression bomb, or a real image that large: pass "
+                         "max_pixels=... to the dataset, or raise PIL.Image.MAX_IMAGE_PIXELS)")
+
+
+@contextmanager
+def open_image(source, *, max_pixels: int | None = None) -> Iterator[Image.Image]:
+    """``Image.open`` (lazy: the header only) and ``check_pixels`` before anything is decoded.
+
+    PIL's own warning for large images is silenced here because ``check_pixels`` decides;
+    images over twice ``PIL.Image.MAX_IMAGE_PIXELS`` still raise PIL's
+    ``DecompressionBombError`` inside ``Image.open`` (``decode_errors`` names the file).
+
+    Introduced in chapters/02_1_dataset_dataloader.ipynb.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        image = Image.open(source)
+    with image:
+        check_pixels(image.size, max_pixels)
+        yield image
 
 
 @contextmanager
@@ -86,67 +131,9 @@ def decode_errors(message: str, error_type: type[Exception] = BadSampleError) ->
     except DECODE_ERRORS as error:
         if isinstance(error, error_type):
             raise
-        raise error_type(f"{message}: {error}") from error
-
-
-def resolve_inside(root: Path, relative: str, *, where: str) -> Path:
-    """Join ``root / relative`` and refuse anything that leaves ``root``.
-
-    Refuses absolute paths, ``..`` components and symbolic links pointing outside
-    ``root``; also refuses a path that is not an existing regular file.
-
-    Introduced in chapters/02_1_dataset_dataloader.ipynb.
-    """
-    candidate = Path(relative)
-    if candidate.is_absolute() or ".." in candidate.parts or relative.strip() == "":
-        raise BadSampleError(f"{where}: path {relative!r} must be relative to {root} "
-                             "without '..' components")
-    resolved = (root / candidate).resolve()
-    if not resolved.is_relative_to(root.resolve()):
-        raise BadSampleError(f"{where}: path {relative!r} escapes {root} (it resolves to "
-                             f"{resolved}, through a symbolic link)")
-    if not resolved.is_file():
-        raise BadSampleError(f"{where}: file {relative!r} not found in {root}")
-    return resolved
-
-
-def parse_label(text: str, *, where: str, num_classes: int | None = None) -> int:
-    """Parse a CSV label: an integer in ``0 .. num_classes - 1`` (or ``>= 0``).
-
-    Raises:
-        BadSampleError: Naming ``where`` if the text is not an integer or out of range.
-
-    Introduced in chapters/02_1_dataset_dataloader.ipynb.
-    """
-    if not _INTEGER.match(text.strip()):
-        raise BadSampleError(f"{where}: label {text!r} is not an integer")
-    value = int(text)
-    if value < 0 or (num_classes is not None and value >= num_classes):
-        limit = f"0..{num_classes - 1}" if num_classes is not None else ">= 0"
-        raise BadSampleError(f"{where}: label {value} is not a known class ({limit})")
-    return value
-
-
-def _read_annotations(annotations_file: Path) -> pd.DataFrame:
-    try:
-        frame = pd.read_csv(annotations_file, dtype=str, keep_default_na=False)
-    except FileNotFoundError as error:
-        raise FileNotFoundError(f"annotations file {annotations_file} does not exist") from error
-    except pd.errors.EmptyDataError as error:
-        raise BadSampleError(f"{annotations_file} is empty (expected a header line "
-                             "'file_name,label' and one line per image)") from error
-    except pd.errors.ParserError as error:
-        raise BadSampleError(f"{annotations_file} is not a well-formed CSV: {error}") from error
-    if frame.shape[1] != 2:
-        raise BadSampleError(f"{annotations_file}: expected 2 columns (file name, label), found "
-                             f"{frame.shape[1]}: {list(frame.columns)}")
-    if len(frame) == 0:
-        raise BadSampleError(f"{annotations_file} has a header but no rows")
-    if _INTEGER.match(str(frame.columns[1]).strip()):
-        # pandas took the first data row as the header: refuse rather than lose a sample
-        raise BadSampleError(f"{annotations_file} line 1: {list(frame.columns)} looks like a "
-                             "data row; the CSV needs a header line 'file_name,label'")
-    return frame
+        hint = (" (raise PIL.Image.MAX_IMAGE_PIXELS to accept it)"
+                if isinstance(error, Image.DecompressionBombError) else "")
+        raise error_type(f"{message}: {error}{hint}") from error
 
 
 class CustomImageDataset(Dataset):
@@ -166,6 +153,12 @@ class CustomImageDataset(Dataset):
             rows out, lists them in ``self.skipped`` and warns with their count.
         check_images: Also decode every image now (slower) so corrupt files are found at
             construction rather than in the middle of an epoch.
+        max_pixels: Refuse images with more pixels (default ``PIL.Image.MAX_IMAGE_PIXELS``;
+            see ``check_pixels``).
+
+    A file listed on several lines with one label is kept once per line (oversampling) and
+    reported in a warning and ``self.duplicates``; a file listed with two different labels
+    is a bad row (with ``on_bad="skip"`` every row of that file is left out).
 
     Raises:
         BadSampleError: Naming the CSV line and file of the first problem (``on_bad="raise"``).
@@ -176,7 +169,7 @@ class CustomImageDataset(Dataset):
     def __init__(self, annotations_file: str | os.PathLike, img_dir: str | os.PathLike,
                  transform: Callable | None = None, target_transform: Callable | None = None,
                  *, num_classes: int | None = None, on_bad: str = "raise",
-                 check_images: bool = False) -> None:
+                 check_images: bool = False, max_pixels: int | None = None) -> None:
         if on_bad not in ("raise", "skip"):
             raise ValueError(f"on_bad must be 'raise' or 'skip', got {on_bad!r}")
         self.annotations_file = Path(annotations_file)
@@ -185,7 +178,8 @@ class CustomImageDataset(Dataset):
             raise FileNotFoundError(f"image folder {self.img_dir} does not exist")
         self.transform = transform
         self.target_transform = target_transform
-        frame = _read_annotations(self.annotations_file)
+        self.max_pixels = max_pixels
+        frame = read_annotations(self.annotations_file)
         paths, labels, lines, skipped = [], [], [], []
         for row, (name, label) in enumerate(frame.itertuples(index=False, name=None)):
             where = f"{self.annotations_file.name} line {row + 2}"
@@ -199,6 +193,10 @@ class CustomImageDataset(Dataset):
             paths.append(str(path))
             labels.append(value)
             lines.append(row + 2)
+        keep, self.duplicates = check_duplicates(self.annotations_file.name, frame, paths,
+                                                  labels, lines, skipped, on_bad)
+        paths, labels, lines = ([items[i] for i in keep] for items in (paths, labels, lines))
+        skipped.sort()
         self.skipped = pd.DataFrame(skipped, columns=["line", "file_name", "reason"])
         if skipped:
             lines_skipped = ", ".join(str(line) for line, _, _ in skipped)
@@ -216,7 +214,7 @@ class CustomImageDataset(Dataset):
         path = resolve_inside(self.img_dir, name, where=where)
         value = parse_label(label, where=f"{where}: {name!r}", num_classes=num_classes)
         if check_images:
-            load_rgb(path, where=where)
+            load_rgb(path, where=where, max_pixels=self.max_pixels)
         return path, value
 
     def __len__(self) -> int:
@@ -233,7 +231,7 @@ class CustomImageDataset(Dataset):
 
     def __getitem__(self, idx: int):
         where = f"{self.annotations_file.name} line {self._lines[idx]}"
-        image = load_rgb(self._paths[idx], where=where)
+        image = load_rgb(self._paths[idx], where=where, max_pixels=self.max_pixels)
         label = int(self._labels[idx])
         if self.transform:
             image = self.transform(image)
@@ -255,16 +253,17 @@ class CustomDataset(Dataset):
         transform: Applied to the PIL image.
         classes: Class names; default the sorted set of the files' parent folder names.
         root: If given, every file must lie inside it (no ``..``, no links out).
+        max_pixels: Refuse images with more pixels (default ``PIL.Image.MAX_IMAGE_PIXELS``).
 
     Introduced in chapters/02_3_custom_datasets.ipynb.
     """
 
     def __init__(self, file_list: Sequence[str | os.PathLike], transform: Callable | None = None,
                  *, classes: Sequence[str] | None = None,
-                 root: str | os.PathLike | None = None) -> None:
+                 root: str | os.PathLike | None = None, max_pixels: int | None = None) -> None:
         if len(file_list) == 0:
             raise BadSampleError("file_list is empty")
-        self.transform = transform
+        self.transform, self.max_pixels = transform, max_pixels
         self.root = Path(root) if root is not None else None
         checked = [self._check_file(Path(f), i) for i, f in enumerate(file_list)]
         names = sorted({p.parent.name for p in checked}) if classes is None else list(classes)
@@ -315,7 +314,8 @@ class CustomDataset(Dataset):
         return len(self._labels)
 
     def __getitem__(self, index: int):
-        image = load_rgb(self._paths[index])
+        image = load_rgb(self._paths[index], where=f"file_list[{index}]",
+                         max_pixels=self.max_pixels)
         label = int(self._labels[index])
         if self.transform:
             image = self.transform(image)

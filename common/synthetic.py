@@ -13,11 +13,15 @@ Layout under ``<root>`` (default ``<repo>/data/shapes``)::
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import io
 import json
 import os
+import re
 import shutil
+import sys
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -103,28 +107,144 @@ def _write_split(tmp: Path, config: SyntheticConfig, split: str, hashes: dict[st
     hashes[csv.relative_to(tmp).as_posix()] = hashlib.sha256(csv.read_bytes()).hexdigest()
 
 
-def generate(root: Path, config: SyntheticConfig = SyntheticConfig()) -> ShapesData:
-    """Write the dataset to ``root``, replacing whatever is there, atomically.
+def _target(root: Path) -> Path:
+    # A symbolic link `data/shapes -> elsewhere` is kept: the dataset is swapped at its target.
+    return root.resolve() if root.is_symlink() else root
 
-    Files are written to a sibling temporary folder which is renamed into place at the
-    end, so an interrupted run never leaves a half-written dataset behind ``root``.
+
+def _lock(root: Path) -> FileLock:
+    target = _target(root)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(target.parent / f".{target.name}.lock")
+
+
+def _exchange(new: Path, target: Path) -> bool:
+    """Swap two folders in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False if unsupported."""
+    if sys.platform != "linux":
+        return False
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(new), at_fdcwd, os.fsencode(target),
+                     rename_exchange) == 0
+
+
+def _swap_in(new: Path, target: Path) -> None:
+    # Readers see the old complete dataset or the new one, never a mix or nothing: where the
+    # exchange is unsupported, `target` is missing only between two renames.
+    if not target.exists():
+        os.replace(new, target)
+    elif not _exchange(new, target):  # after an exchange `new` holds the old dataset
+        old = target.with_name(target.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        os.replace(new, target)
+        shutil.rmtree(old)
+
+
+_GENERATED = re.compile(r"(manifest\.json|classes\.txt|(train|val)/labels\.csv|"
+                        r"(train|val)/images/img_\d{5}\.jpg|imagefolder/(train|val)/\w+/img_\d{5}\.jpg)")
+
+
+def _keep_strays(old: Path, new: Path, generated: dict[str, str]) -> list[str]:
+    """Link every file of `old` that the generator did not write into `new` (left alone)."""
+    listed = _manifest_files(old)
+    kept = []
+    for path in sorted(old.rglob("*")) if old.is_dir() else []:
+        relpath = path.relative_to(old).as_posix()
+        if not path.is_file() or relpath in generated or relpath in listed \
+                or _GENERATED.fullmatch(relpath):
+            continue
+        (new / relpath).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, new / relpath)
+        except OSError:
+            shutil.copy2(path, new / relpath)
+        kept.append(relpath)
+    return kept
+
+
+def generate(root: Path, config: SyntheticConfig = SyntheticConfig()) -> ShapesData:
+    """Write the dataset to ``root``, replacing the generator's files there, atomically.
+
+    Takes the same file lock as ``ensure_data``, so two runs (two ``--force``) serialize.
+    Files are written to a sibling temporary folder that is then swapped with ``root`` in
+    one step (Linux; elsewhere two renames), so a reader never sees a half-written
+    dataset: a file it already opened keeps the old bytes until closed, and every path it
+    opens afterwards is in the new dataset (the same bytes for the same config). Files in
+    ``root`` that the generator did not write are carried over untouched (and warned about
+    by ``ensure_data``). If ``root`` is a symbolic link, its target is replaced.
 
     Introduced in chapters/01_pytorch_basics.ipynb.
     """
     root = Path(root)
-    tmp = root.with_name(root.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    hashes: dict[str, str] = {}
-    (tmp / "classes.txt").write_text("\n".join(CLASSES) + "\n")
-    hashes["classes.txt"] = hashlib.sha256((tmp / "classes.txt").read_bytes()).hexdigest()
-    for split in SPLITS:
-        _write_split(tmp, config, split, hashes)
-    manifest = {"version": MANIFEST_VERSION, "config": asdict(config), "files": hashes}
-    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    shutil.rmtree(root, ignore_errors=True)
-    os.replace(tmp, root)
+    with _lock(root):
+        _generate(_target(root), config)
     return ShapesData(root)
+
+
+def _generate(target: Path, config: SyntheticConfig) -> None:
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)  # left by a killed run (we hold the lock)
+    try:
+        tmp.mkdir(parents=True)
+        hashes: dict[str, str] = {}
+        (tmp / "classes.txt").write_text("\n".join(CLASSES) + "\n")
+        hashes["classes.txt"] = hashlib.sha256((tmp / "classes.txt").read_bytes()).hexdigest()
+        for split in SPLITS:
+            _write_split(tmp, config, split, hashes)
+        manifest = {"version": MANIFEST_VERSION, "config": asdict(config), "files": hashes}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+        _keep_strays(target, tmp, hashes)
+        _swap_in(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _manifest_files(root: Path) -> dict[str, str]:
+    try:
+        files = json.loads((root / "manifest.json").read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return files if isinstance(files, dict) else {}
+
+
+def inspect_data(root: Path, config: SyntheticConfig = SyntheticConfig()
+                 ) -> tuple[list[str], list[Path]]:
+    """``(problems, strays)`` of the dataset at ``root``.
+
+    ``problems`` (regenerate if any): a missing, damaged or outdated manifest, a listed
+    file missing or not matching its sha256. ``strays``: files the manifest does not list
+    (not the generator's: left alone, but a folder listing such as ``ImageFolder`` sees them).
+
+    Introduced in chapters/01_pytorch_basics.ipynb.
+    """
+    root = Path(root)
+    manifest_path = root / "manifest.json"
+    if not manifest_path.is_file():
+        return [f"{manifest_path} is missing"], []
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return [f"{manifest_path} is not valid JSON: {error}"], []
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        return [f"{manifest_path} is damaged (not an object with a 'files' mapping)"], []
+    if manifest.get("version") != MANIFEST_VERSION or manifest.get("config") != asdict(config):
+        return [f"{manifest_path} was written for another version or config"], []
+    problems = []
+    for relpath, expected in files.items():
+        path = root / relpath
+        if not path.is_file():
+            problems.append(f"{path} is missing")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != expected:
+            problems.append(f"{path} does not match its sha256 in the manifest")
+    strays = [path for path in sorted(root.rglob("*")) if path.is_file()
+              and path.relative_to(root).as_posix() not in files
+              and path.relative_to(root).as_posix() != "manifest.json"]
+    return problems, strays
 
 
 def verify(root: Path, config: SyntheticConfig = SyntheticConfig()) -> list[str]:
@@ -135,29 +255,8 @@ def verify(root: Path, config: SyntheticConfig = SyntheticConfig()) -> list[str]
 
     Introduced in chapters/01_pytorch_basics.ipynb.
     """
-    root = Path(root)
-    manifest_path = root / "manifest.json"
-    if not manifest_path.is_file():
-        return [f"{manifest_path} is missing"]
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        return [f"{manifest_path} is not valid JSON: {error}"]
-    if manifest.get("version") != MANIFEST_VERSION or manifest.get("config") != asdict(config):
-        return [f"{manifest_path} was written for another version or config"]
-    problems = []
-    files: dict[str, str] = manifest.get("files", {})
-    for relpath, expected in files.items():
-        path = root / relpath
-        if not path.is_file():
-            problems.append(f"{path} is missing")
-        elif hashlib.sha256(path.read_bytes()).hexdigest() != expected:
-            problems.append(f"{path} does not match its sha256 in the manifest")
-    for path in sorted(root.rglob("*")):
-        relpath = path.relative_to(root).as_posix()
-        if path.is_file() and relpath != "manifest.json" and relpath not in files:
-            problems.append(f"{path} is not in the manifest")
-    return problems
+    problems, strays = inspect_data(root, config)
+    return problems + [f"{path} is not in the manifest" for path in strays]
 
 
 def ensure_data(root: Path | None = None, config: SyntheticConfig = SyntheticConfig(), *,
@@ -165,7 +264,8 @@ def ensure_data(root: Path | None = None, config: SyntheticConfig = SyntheticCon
     """Make sure an intact dataset is at ``root``: check it, (re)generate it if needed.
 
     Safe to call from several processes at once (a file lock serialises them), and cheap
-    when the data is already there, so every notebook starts with it.
+    when the data is already there, so every notebook starts with it. Files the generator
+    did not write are warned about and left alone; they do not cause a regeneration.
 
     Args:
         root: Dataset folder; default ``default_data_root() / "shapes"``.
@@ -178,14 +278,17 @@ def ensure_data(root: Path | None = None, config: SyntheticConfig = SyntheticCon
     Introduced in chapters/01_pytorch_basics.ipynb.
     """
     root = Path(root) if root is not None else default_data_root() / "shapes"
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(root.parent / f".{root.name}.lock"):
-        problems = verify(root, config)
+    with _lock(root):
+        problems, strays = inspect_data(root, config)
+        if strays:
+            warnings.warn(f"{root}: {len(strays)} file(s) not written by the generator, left "
+                          f"alone: {', '.join(str(p) for p in strays[:3])}"
+                          + (" ..." if len(strays) > 3 else ""), stacklevel=2)
         if problems:
             if verbose and root.exists():
                 print(f"Regenerating {root}: {problems[0]}"
                       + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
-            generate(root, config)
+            _generate(_target(root), config)
         elif verbose:
             print(f"Synthetic data OK at {root}")
     return ShapesData(root)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import struct
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
+from torch.utils.data import DataLoader
 from torchvision import transforms
 from torchvision.datasets import ImageFolder
 
@@ -225,3 +228,90 @@ def test_load_rgb_names_a_numpy_string_path_plainly(tmp_path):
     with pytest.raises(BadSampleError, match="bad.jpg") as caught:
         load_rgb(np.array([str(bad)])[0])  # the datasets store paths as NumPy strings
     assert "np.str_" not in str(caught.value)
+
+
+# --- decompression bombs, encodings, huge labels, duplicates ----------------------------
+
+def png_header(path: Path, width: int, height: int) -> Path:
+    """A valid PNG header claiming ``width x height`` pixels, with almost no pixel data."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit grey
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+                     + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b""))
+    return path
+
+
+@pytest.mark.parametrize(("side", "pixels"), [(20000, "400000000 pixels"),  # PIL's error
+                                              (11000, "121,000,000 pixels")])  # PIL only warns
+def test_huge_image_names_file_and_line(tmp_path, img_dir, side, pixels):
+    png_header(img_dir / "bomb.png", side, side)
+    dataset = build(tmp_path, img_dir, "file_name,label\na.jpg,1\nbomb.png,2\n")
+    message = rf"bomb\.png \(labels\.csv line \d\): .*{pixels}.*MAX_IMAGE_PIXELS"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # PIL's warning is not the answer: an error is
+        with pytest.raises(BadSampleError, match=message):
+            dataset[1]
+        with pytest.raises(BadSampleError, match=message):
+            build(tmp_path, img_dir, "file_name,label\nbomb.png,2\n", check_images=True)
+
+
+def test_huge_image_in_a_worker_names_file_and_line(tmp_path, img_dir):
+    png_header(img_dir / "bomb.png", 20000, 20000)
+    dataset = build(tmp_path, img_dir, "file_name,label\nbomb.png,2\n")
+    loader = DataLoader(dataset, batch_size=None, num_workers=1)
+    with pytest.raises(BadSampleError, match=r"bomb\.png \(labels\.csv line 2\)"):
+        next(iter(loader))
+
+
+def test_the_pixel_limit_can_be_raised_and_lowered(tmp_path, img_dir):
+    Image.new("RGB", (100, 100)).save(img_dir / "big.png")
+    text = "file_name,label\nbig.png,0\n"
+    assert build(tmp_path, img_dir, text, check_images=True)[0][0].size == (100, 100)
+    with pytest.raises(BadSampleError, match=r"10,000 pixels is over the limit of 5,000 .*"
+                                             r"max_pixels="):
+        build(tmp_path, img_dir, text, check_images=True, max_pixels=5000)
+    png_header(img_dir / "tall.png", 1, 200_000_000)  # over twice PIL's own limit
+    with pytest.raises(BadSampleError, match=r"tall\.png .*raise PIL\.Image\.MAX_IMAGE_PIXELS"):
+        build(tmp_path, img_dir, "file_name,label\ntall.png,0\n", max_pixels=10**9)[0]
+    with pytest.raises(BadSampleError, match="over the limit of 50"):
+        CustomDataset([img_dir / "big.png"], max_pixels=50)[0]
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ("file_name,label\na.jpg,1\nb\xe9.jpg,2\n".encode("latin-1"),
+     r"labels\.csv line 3: not UTF-8 text \(byte 0xe9\)"),
+    (b"file_name,label\n\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+     r"labels\.csv line 4: holds a NUL byte"),
+    (b"file_name,label\na\x00.jpg,1\n", r"labels\.csv line 2: holds a NUL byte"),
+])
+def test_non_utf8_or_binary_csv_names_the_line(tmp_path, img_dir, data, message):
+    (tmp_path / "labels.csv").write_bytes(data)
+    with pytest.raises(BadSampleError, match=message):
+        CustomImageDataset(tmp_path / "labels.csv", img_dir)
+
+
+def test_nul_in_a_file_name_and_huge_label_name_the_row(tmp_path, img_dir):
+    with pytest.raises(BadSampleError, match=r"^w: path 'a\\x00\.jpg' holds a NUL byte"):
+        resolve_inside(img_dir, "a\x00.jpg", where="w")
+    with pytest.raises(BadSampleError, match=r"file_list\[0\]: path .* holds a NUL byte"):
+        CustomDataset([str(img_dir / "a\x00.jpg")], root=img_dir)
+    with pytest.raises(BadSampleError, match=r"line 3: 'b\.jpg': label '99999999999999999999' "
+                                             "does not fit in a 64-bit integer"):
+        build(tmp_path, img_dir, "file_name,label\na.jpg,1\nb.jpg,99999999999999999999\n")
+
+
+def test_a_file_with_two_labels_is_refused_and_repeats_are_reported(tmp_path, img_dir):
+    with pytest.raises(BadSampleError, match=r"labels\.csv line 4: file 'a\.jpg' has conflicting "
+                                             r"labels \(line 2 label 1, line 4 label 3\)"):
+        build(tmp_path, img_dir, "file_name,label\na.jpg,1\nb.jpg,2\n./a.jpg,3\n")
+    with pytest.warns(UserWarning, match=r"1 row\(s\) repeat a file already listed with the same "
+                                         r"label, first 'b\.jpg' at line 4 \(also line 3\)"):
+        dataset = build(tmp_path, img_dir, "file_name,label\na.jpg,1\nb.jpg,2\nb.jpg,2\n")
+    assert len(dataset) == 3 and dataset.duplicates.values.tolist() == [[4, "b.jpg", 3]]
+    with pytest.warns(UserWarning, match=r"skipped 2 bad row\(s\) at line\(s\) 2, 4"):
+        dataset = build(tmp_path, img_dir, "file_name,label\na.jpg,1\nb.jpg,2\na.jpg,3\n",
+                        on_bad="skip")
+    assert dataset.labels.tolist() == [2]

@@ -16,7 +16,7 @@ import torch
 
 from common.ddp.config import TINY, TrainConfig, parse_config
 from common.ddp.launch import free_port, launch_env, run_command, torchrun_command
-from common.ddp.train import build_scheduler, main
+from common.ddp.train import build_scheduler, main, rebuild_scheduler
 from common.synthetic import SyntheticConfig, ensure_data
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own DDP tests
@@ -93,12 +93,100 @@ def test_bad_snapshots_are_refused_and_left_alone(data13, tmp_path, capsys):
     assert main(_args(data13, tmp_path, "--snapshot", str(snapshot), "--max-steps", "1")) == 0
     good = snapshot.read_bytes()
     assert main(_args(data13, tmp_path, "--snapshot", str(snapshot), "--width", "8")) == 2
-    assert "is not of this SmallCNN: features.0.weight has shape (4, 3, 3, 3)" in \
-        capsys.readouterr().err
+    assert "other settings (snapshot -> now): --width 4 -> 8" in capsys.readouterr().err
     snapshot.write_bytes(good[: len(good) // 2])
     assert main(_args(data13, tmp_path, "--snapshot", str(snapshot))) == 2
     assert "truncated or not a PyTorch file" in capsys.readouterr().err
     assert snapshot.read_bytes() == good[: len(good) // 2]
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--num-epochs", "-1", "--num-epochs: must be at least 1, got -1"),
+    ("--batch-size", "0", "--batch-size: must be at least 1, got 0"),
+    ("--width", "0", "--width: must be at least 1, got 0"),
+    ("--image-size", "0", "--image-size: must be at least 1, got 0"),
+    ("--max-steps", "-3", "--max-steps: must be 0 or more, got -3"),
+])
+def test_bad_flags_are_argparse_errors_naming_the_flag(flag, value, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_config(["--tiny", flag, value])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_unwritable_output_paths_are_refused_at_start(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    for flag in ("--snapshot", "--save-final", "--log-file"):
+        with pytest.raises(SystemExit) as exit_info:
+            parse_config(["--tiny", flag, str(blocker / "snap.pt")])
+        assert exit_info.value.code == 2
+        assert f"{flag}: cannot create {blocker / 'snap.pt'}: {blocker} is not a folder" in \
+            capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_config(["--snapshot", str(tmp_path)])
+    assert "is a folder, not a file" in capsys.readouterr().err
+    assert parse_config(["--snapshot", str(tmp_path / "new" / "deeper" / "snap.pt")])
+
+
+@pytest.fixture
+def stopped(data13, tmp_path):
+    """A snapshot taken mid-epoch 1, after optimizer step 4 (batch 8), and its bytes."""
+    snapshot = tmp_path / "snap.pt"
+    assert main(_args(data13, tmp_path, "--snapshot", str(snapshot), "--max-steps", "4")) == 0
+    return snapshot, snapshot.read_bytes()
+
+
+def test_resume_with_other_settings_is_refused_naming_each(data13, stopped, tmp_path, capsys):
+    snapshot, good = stopped
+    capsys.readouterr()
+    assert main(_args(data13, tmp_path, "--snapshot", str(snapshot), "--lr", "0.1",
+                      "--seed", "3")) == 2
+    err = capsys.readouterr().err
+    assert "--lr 0.05 -> 0.1; --seed 0 -> 3. Resume with the snapshot's values" in err
+    assert "may change on resume: --count-allreduces, --log-file, --max-steps, --num-epochs" in err
+    assert snapshot.read_bytes() == good
+
+
+def test_mid_epoch_resume_with_another_batch_size_is_refused(data13, stopped, tmp_path, capsys):
+    snapshot, good = stopped
+    assert main(_args(data13, tmp_path, "--snapshot", str(snapshot), "--batch-size", "16")) == 2
+    assert "--batch-size 8 -> 16" in capsys.readouterr().err
+    assert snapshot.read_bytes() == good and len(_records(tmp_path, "resume")) == 0
+
+
+def test_resume_may_change_num_epochs_and_workers(data13, stopped, tmp_path, capsys):
+    snapshot, _ = stopped
+    assert main(_args(data13, tmp_path, "--snapshot", str(snapshot), "--num-epochs", "1")) == 2
+    err = capsys.readouterr().err
+    assert "--num-epochs 1: snapshot" in err and "already at step 4" in err
+    assert main(_args(data13, tmp_path, "--snapshot", str(snapshot), "--num-epochs", "3",
+                      "--num-workers", "1")) == 0
+    assert _records(tmp_path, "resume")[-1]["num_epochs"] == [2, 3]
+    assert [r["epoch"] for r in _records(tmp_path, "epoch")][-2:] == [2, 3]
+    assert _records(tmp_path, "done")[-1]["step"] == 9  # 3 epochs x 3 steps
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "onecycle"])
+def test_rebuilt_schedule_is_where_a_longer_plan_would_be(schedule):
+    config = parse_config(["--schedule", schedule, "--lr", "0.1"])
+
+    def planned(steps: int, total: int) -> torch.optim.Optimizer:
+        optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=config.lr,
+                                    momentum=0.9)
+        scheduler = build_scheduler(config, optimizer, total_steps=total)
+        for _ in range(steps):
+            optimizer.step()
+            scheduler.step()
+        return optimizer
+
+    optimizer = planned(7, total=12)  # a shorter plan, stopped at step 7
+    scheduler = rebuild_scheduler(config, optimizer, total_steps=20, step=7)
+    expected = planned(7, total=20).param_groups[0]
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(expected["lr"])
+    assert optimizer.param_groups[0]["momentum"] == pytest.approx(expected["momentum"])
+    for _ in range(13):  # and it runs to the new end without error
+        optimizer.step()
+        scheduler.step()
 
 
 def test_onecycle_warms_up_to_the_peak_and_anneals():
@@ -213,4 +301,17 @@ def test_two_agents_on_loopback_train_together(data13, one_process, tmp_path):
     for agent, output in zip(agents, outputs, strict=True):
         assert agent.returncode == 0, output[-3000:]
     assert _records(tmp_path, "start")[0]["world_size"] == 2
+    _assert_close(_weights(tmp_path), _weights(one_process), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.slow
+def test_resume_mid_epoch_on_another_number_of_ranks(data13, one_process, tmp_path):
+    # 1 process stops after step 4 (mid-epoch 1); 2 ranks finish: the samples consumed so far are
+    # a prefix of the epoch's shuffled order on any number of ranks, so the result is the same.
+    snapshot = str(tmp_path / "snap.pt")
+    assert main(_args(data13, tmp_path, "--snapshot", snapshot, "--max-steps", "4")) == 0
+    _torchrun(data13, tmp_path, "--snapshot", snapshot)
+    resumed = _records(tmp_path, "resume")[-1]
+    assert (resumed["step"], resumed["batch_in_epoch"]) == (4, 1)
+    assert _records(tmp_path, "done")[-1]["step"] == 6
     _assert_close(_weights(tmp_path), _weights(one_process), rtol=RTOL, atol=ATOL)

@@ -6,11 +6,13 @@ import hashlib
 from collections import Counter
 
 import pytest
+from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision import transforms
 
 from common.data import BadSampleError
 from common.iterable import CsvImageStream
+from tests.test_data import png_header
 
 TO_TENSOR = transforms.Compose([transforms.Resize((8, 8)), transforms.PILToTensor()])
 
@@ -73,3 +75,38 @@ def test_split_survives_spawn(tiny_data):
     reference = fingerprints(stream(tiny_data))
     assert fingerprints(stream(tiny_data), num_workers=2,
                         multiprocessing_context="spawn") == reference
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ("file_name,label\nimg_00000.jpg,1\nimg_\xe9.jpg,2\n".encode("latin-1"),
+     r"labels\.csv line 3: not UTF-8 text \(byte 0xe9\)"),
+    (b"file_name,label\nimg_0\x00.jpg,1\n", r"labels\.csv line 2: holds a NUL byte"),
+    (b"file_name,label\nimg_00000.jpg,99999999999999999999\n",
+     r"line 2: 'img_00000\.jpg': label '99999999999999999999' does not fit in a 64-bit"),
+    (b"file_name,label\nimg_00000.jpg,1\nimg_00001.jpg,2\n./img_00000.jpg,4\n",
+     r"line 4: file './img_00000\.jpg' has conflicting labels \(line 2 label 1, line 4 label 4\)"),
+])
+def test_undecodable_or_conflicting_rows_name_their_line(tmp_path, tiny_data, data, message):
+    csv = tmp_path / "labels.csv"
+    csv.write_bytes(data)
+    with pytest.raises(BadSampleError, match=message):
+        list(CsvImageStream(csv, tiny_data.images_dir("train")).rows())
+
+
+def test_repeated_rows_are_reported_and_streamed(tmp_path, tiny_data):
+    csv = tmp_path / "labels.csv"
+    csv.write_text("file_name,label\nimg_00000.jpg,1\nimg_00001.jpg,2\nimg_00000.jpg,1\n")
+    with pytest.warns(UserWarning, match=r"1 row\(s\) repeat a file .* 'img_00000\.jpg' at line 4"):
+        rows = list(CsvImageStream(csv, tiny_data.images_dir("train")).rows())
+    assert [line for line, _, _ in rows] == [2, 3, 4]
+
+
+def test_huge_image_names_its_line(tmp_path, tiny_data):
+    png_header(tmp_path / "bomb.png", 20000, 20000)
+    (tmp_path / "labels.csv").write_text("file_name,label\nbomb.png,1\n")
+    with pytest.raises(BadSampleError, match=r"bomb\.png \(labels\.csv line 2\)"):
+        next(iter(CsvImageStream(tmp_path / "labels.csv", tmp_path)))
+    Image.new("RGB", (10, 10)).save(tmp_path / "small.png")
+    (tmp_path / "labels.csv").write_text("file_name,label\nsmall.png,1\n")
+    with pytest.raises(BadSampleError, match=r"small\.png .*over the limit of 99"):
+        next(iter(CsvImageStream(tmp_path / "labels.csv", tmp_path, max_pixels=99)))

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import tarfile
 from collections import Counter
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from torch.utils.data import DataLoader
 
 from common import ShardedImageDataset
@@ -24,7 +26,9 @@ from common.shards import (
     worker_quotas,
     write_shards,
 )
+from common.shards import dataset as shard_dataset
 from common.transforms import ClassicEvalPreset
+from tests.test_data import png_header
 
 
 def _pixel_hash(array) -> str:
@@ -241,6 +245,157 @@ def test_ensure_shards_rewrites_only_when_needed(source, tmp_path):
     first.write_bytes(b"damaged")
     ensure_shards(samples, tmp_path, shard_size=10)
     assert len(list(read_shard(first))) == 10  # damaged: rewritten
+    (tmp_path / "manifest.json").write_text('{"shards": 3}')
+    ensure_shards(samples, tmp_path, shard_size=10)
+    assert len(read_manifest(tmp_path)) == 3  # a damaged manifest: rewritten
     relabelled = [(path, (label + 1) % 6) for path, label in samples]
     ensure_shards(relabelled, tmp_path, shard_size=10)
     assert [r.label for r in read_shard(first)] == [label for _, label in relabelled[:10]]
+
+
+# --- lying manifests, hostile members, bounded memory ------------------------------------
+
+def _copy_with_manifest(manifest, tmp_path, edit) -> None:
+    _copy_shards(manifest, tmp_path)
+    written = json.loads((tmp_path / "manifest.json").read_text())
+    edit(written)
+    (tmp_path / "manifest.json").write_text(json.dumps(written))
+
+
+@pytest.mark.parametrize("policy", ["none", "pad", "drop"])
+def test_a_last_shard_holding_more_than_the_manifest_says_is_refused(uneven, tmp_path, policy):
+    def under_count(manifest):
+        manifest["shards"][-1]["num_samples"] = 2  # it holds 4
+        manifest["num_samples"] = 22
+
+    _copy_with_manifest(uneven, tmp_path, under_count)
+    dataset = ShardedImageDataset(tmp_path, shuffle=False, equalize=policy, buffer_size=0)
+    with pytest.raises(ShardError, match=r"shard-000004\.tar: holds 4 samples but the manifest "
+                                         "says 2"):
+        list(dataset.records())
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda m: m["shards"][-1].update(num_samples=2),
+     "num_samples is 24 but the shards' counts add up to 22"),
+    (lambda m: m["shards"].append(dict(m["shards"][0])), r"shard-000000\.tar is listed twice"),
+    (lambda m: m["shards"][1].pop("sha256"), r"shard entry 1 \(shard-000001\.tar\) has no valid "
+                                             "sha256"),
+    (lambda m: m["shards"].__setitem__(2, "shard-000002.tar"),
+     "shard entry 2 must be an object with name, num_samples, sha256"),
+    (lambda m: m.update(shards=5), "'shards' must be a list of entries, got int 5"),
+    (lambda m: m.update(classes="circle"), "'classes' must be a list of names"),
+])
+def test_malformed_manifests_name_manifest_and_entry(uneven, tmp_path, edit, message):
+    _copy_with_manifest(uneven, tmp_path, edit)
+    with pytest.raises(ShardError, match=message) as error:
+        read_manifest(tmp_path)
+    assert "manifest.json" in str(error.value)
+
+
+def test_the_same_shard_under_two_names_is_refused(uneven, tmp_path):
+    def copied(manifest):
+        manifest["shards"].append({**manifest["shards"][0], "name": "copy.tar"})
+        manifest["num_samples"] += 5
+
+    _copy_with_manifest(uneven, tmp_path, copied)
+    (tmp_path / "copy.tar").write_bytes((tmp_path / "shard-000000.tar").read_bytes())
+    with pytest.raises(ShardError, match=r"copy\.tar has the same sha256 as entry 0 "
+                                         r"\(shard-000000\.tar\)"):
+        read_manifest(tmp_path)
+    # Re-packed (other bytes, same keys) under another name: the reader sees the repeated key.
+    shards = read_manifest(uneven)
+    repacked = tmp_path / "repacked.tar"
+    with tarfile.open(repacked, "w", format=tarfile.GNU_FORMAT) as tar:
+        for record in read_shard(shards[0].path):
+            _add(tar, record.member, record.data)
+            _add(tar, f"{record.key}.cls", str(record.label).encode())
+    dataset = ShardedImageDataset([*shards, ShardInfo(repacked, 5)], shuffle=False,
+                                  equalize="none")
+    with pytest.raises(ShardError, match=r"repacked\.tar: key '00000000' was already read from "
+                                         r"shard shard-000000\.tar"):
+        list(dataset.records())
+
+
+def test_labels_are_checked_against_the_classes(tmp_path):
+    crafted = _shard(tmp_path, [("a.jpg", b"x"), ("a.cls", b"7")])
+    with pytest.raises(ShardError, match=r"member a\.cls: label 7 is out of range \(0\.\.5, the "
+                                         "manifest's classes\\)"):
+        list(read_shard(crafted.path, num_classes=6))
+    crafted = _shard(tmp_path, [("a.jpg", b"x"), ("a.cls", b"1" * 30)])
+    with pytest.raises(ShardError, match=r"label 1{30} is out of range \(int64\)"):
+        list(read_shard(crafted.path))
+
+
+def test_manifest_classes_bound_the_labels(source, tmp_path):
+    samples = [(source.path(i), 9 if i == 3 else int(source.labels[i])) for i in range(8)]
+    write_shards(samples, tmp_path, shard_size=4, classes=["a", "b", "c", "d", "e", "f"])
+    with pytest.raises(ShardError, match=r"member 00000003\.cls: label 9 is out of range"):
+        list(ShardedImageDataset(tmp_path, shuffle=False, equalize="none").records())
+
+
+def _raw_member(name: str, *, size: int, data: bytes = b"", sparse_size: int | None = None) -> bytes:
+    """One tar header (+ data) written by hand: GNU sparse, or claiming any size."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.type = tarfile.GNUTYPE_SPARSE if sparse_size else tarfile.REGTYPE
+    header = bytearray(info.tobuf(tarfile.GNU_FORMAT))
+    if sparse_size:  # one data region of `size` bytes at offset 0, then a hole
+        header[386:398] = tarfile.itn(0, 12, tarfile.GNU_FORMAT)
+        header[398:410] = tarfile.itn(size, 12, tarfile.GNU_FORMAT)
+        header[482] = 0
+        header[483:495] = tarfile.itn(sparse_size, 12, tarfile.GNU_FORMAT)
+        header[148:156] = b" " * 8
+        header[148:156] = b"%06o\0 " % sum(header)
+    padding = b"\0" * (-len(data) % tarfile.BLOCKSIZE)
+    return bytes(header) + data + padding
+
+
+@pytest.mark.parametrize(("member", "message"), [
+    (_raw_member("a.jpg", size=1, data=b"x", sparse_size=8 * 2**20),
+     r"member 'a\.jpg' is a sparse file"),
+    (_raw_member("a.jpg", size=2**40), r"member 'a\.jpg' claims 1,099,511,627,776 bytes, over "
+                                       r"the limit of 67,108,864"),
+])
+def test_sparse_and_oversized_members_are_refused_before_reading(tmp_path, member, message):
+    path = tmp_path / "hostile.tar"
+    path.write_bytes(member + b"\0" * 2 * tarfile.BLOCKSIZE)
+    with pytest.raises(ShardError, match=message):
+        list(read_shard(path))
+
+
+def test_the_shuffle_buffer_is_bounded_in_bytes(uneven):
+    dataset = ShardedImageDataset(uneven, buffer_size=16, max_buffer_bytes=10_000)
+    with pytest.raises(ShardError, match=r"the shuffle buffer would hold [\d,]+ bytes in \d+ "
+                                         r"samples, over max_buffer_bytes=10,000"):
+        list(dataset.records())
+    assert len(list(ShardedImageDataset(uneven, buffer_size=16).records())) == 24
+
+
+def test_equalize_none_under_a_process_group_is_refused(uneven, monkeypatch):
+    monkeypatch.setattr(shard_dataset.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(shard_dataset.dist, "get_world_size", lambda *args: 2)
+    monkeypatch.setattr(shard_dataset.dist, "get_rank", lambda *args: 0)
+    with pytest.raises(ValueError, match="equalize='none' with a process group of 2 ranks"):
+        ShardedImageDataset(uneven, equalize="none")
+    ShardedImageDataset(uneven, equalize="none", allow_uneven=True)  # evaluation, knowingly
+    ShardedImageDataset(uneven, equalize="none", rank=0, world_size=1)  # every rank reads all
+    assert ShardedImageDataset(uneven).world_size == 2
+
+
+def test_a_huge_image_in_a_shard_names_shard_and_member(tmp_path):
+    bomb = png_header(tmp_path / "bomb.png", 20000, 20000).read_bytes()
+    dataset = ShardedImageDataset([_shard(tmp_path, [("k.png", bomb), ("k.cls", b"2")])])
+    with pytest.raises(ShardError, match=r"crafted\.tar: member k\.png: cannot decode image: "
+                                         r".*400000000 pixels"):
+        next(iter(dataset))
+    small = _shard(tmp_path, [("k.jpg", _jpeg(32, 32)), ("k.cls", b"2")])
+    with pytest.raises(ShardError, match=r"member k\.jpg: cannot decode image: 32x32 = 1,024 "
+                                         r"pixels is over the limit of 1,000"):
+        next(iter(ShardedImageDataset([small], max_pixels=1000)))
+
+
+def _jpeg(width: int, height: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height)).save(buffer, format="JPEG")
+    return buffer.getvalue()

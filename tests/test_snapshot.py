@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from common.ddp.snapshot import (
     SnapshotError,
     atomic_save,
     load_snapshot,
+    payload_digest,
     read_snapshot,
     save_snapshot,
 )
@@ -107,7 +109,7 @@ def test_refuses_non_tensor_pickles(tmp_path):
 
 def test_refuses_a_plain_state_dict_and_a_missing_file(tmp_path):
     torch.save(nn.Linear(2, 2).state_dict(), tmp_path / "weights.pt")
-    with pytest.raises(SnapshotError, match="is not a companion-ddp-snapshot-v1 snapshot"):
+    with pytest.raises(SnapshotError, match="is not a companion-ddp-snapshot-v2 snapshot"):
         read_snapshot(tmp_path / "weights.pt")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         read_snapshot(tmp_path / "nothing.pt")
@@ -144,3 +146,112 @@ def test_kill_during_write_keeps_a_complete_latest_snapshot(tmp_path):
         snapshot = torch.load(path, weights_only=True)
         assert torch.all(snapshot["payload"] == snapshot["version"].float())
         assert snapshot["payload"].numel() == 3_000_000
+
+
+def _rewrite(path, **changes) -> None:
+    """Change entries of a snapshot and store a matching checksum (a well-formed lie)."""
+    snapshot = torch.load(path, weights_only=True)
+    snapshot.update(changes)
+    snapshot["checksum"] = payload_digest({k: v for k, v in snapshot.items() if k != "checksum"})
+    torch.save(snapshot, path)
+
+
+def _state(model, optimizer) -> tuple[dict, dict]:
+    return ({k: v.clone() for k, v in model.state_dict().items()}, optimizer.state_dict())
+
+
+def _unchanged(model, optimizer, before) -> bool:
+    weights, opt_state = before
+    return (all(torch.equal(model.state_dict()[k], v) for k, v in weights.items())
+            and repr(optimizer.state_dict()) == repr(opt_state))
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"rng": []}, "the RNG entry must list one state per rank"),
+    ({"rng": [{"python": "garbage", "torch": torch.zeros(3), "numpy": ()}]},
+     "the RNG state of rank 0 cannot be restored"),
+    ({"rng": [{"python": (3, (1, 2), None)}]}, "the RNG state of rank 0 cannot be restored"),
+])
+def test_garbage_rng_state_is_refused_before_anything_changes(tmp_path, changes, message):
+    path = tmp_path / "snap.pt"
+    _write(path)
+    _rewrite(path, **changes)
+    torch.manual_seed(5)
+    model, optimizer, scheduler = _parts()
+    with torch.no_grad():
+        model[0].weight.add_(1.0)
+    before = _state(model, optimizer)
+    with pytest.raises(SnapshotError, match=message):
+        load_snapshot(path, model=model, optimizer=optimizer, scheduler=scheduler)
+    assert _unchanged(model, optimizer, before)
+
+
+def test_another_optimizer_is_refused_before_anything_changes(tmp_path):
+    path = tmp_path / "snap.pt"
+    _write(path)  # SGD with momentum
+    model, _, _ = _parts()
+    adamw = torch.optim.AdamW(model.parameters(), lr=0.1)
+    with torch.no_grad():
+        model[0].weight.add_(1.0)
+    before = _state(model, adamw)
+    with pytest.raises(SnapshotError, match="holds SGD state; this run's optimizer is AdamW"):
+        load_snapshot(path, model=model, optimizer=adamw)
+    assert _unchanged(model, adamw, before)
+    _rewrite(path, optimizer_class="AdamW")  # lying about the class: the groups still differ
+    with pytest.raises(SnapshotError, match=r"parameter group 0 lacks \['amsgrad', 'betas'"):
+        load_snapshot(path, model=model, optimizer=adamw)
+    assert _unchanged(model, adamw, before)
+
+
+def test_mismatched_parameter_groups_are_refused(tmp_path):
+    path = tmp_path / "snap.pt"
+    _write(path)
+    model, _, _ = _parts()
+    params = list(model.parameters())
+    two_groups = torch.optim.SGD([{"params": params[:2]}, {"params": params[2:]}], lr=0.1,
+                                 momentum=0.9)
+    before = _state(model, two_groups)
+    with pytest.raises(SnapshotError, match=r"1 parameter group\(s\) in the file, 2 in the"):
+        load_snapshot(path, model=model, optimizer=two_groups)
+    snapshot = torch.load(path, weights_only=True)
+    state = snapshot["optimizer"]
+    state["state"][0]["momentum_buffer"] = torch.zeros(7)
+    _rewrite(path, optimizer=state)
+    one_group = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with pytest.raises(SnapshotError, match=r"momentum_buffer of parameter 0 has shape \(7,\)"):
+        load_snapshot(path, model=model, optimizer=one_group)
+    assert _unchanged(model, two_groups, before)
+
+
+def test_a_flipped_byte_is_detected_by_the_checksum(tmp_path):
+    path = tmp_path / "snap.pt"
+    _write(path)
+    with zipfile.ZipFile(path) as archive:  # the largest tensor's bytes, stored uncompressed
+        entry = max((info for info in archive.infolist() if "/data/" in info.filename),
+                    key=lambda info: info.file_size)
+    data = bytearray(path.read_bytes())
+    local_extra = int.from_bytes(data[entry.header_offset + 28:entry.header_offset + 30], "little")
+    start = entry.header_offset + 30 + len(entry.filename.encode()) + local_extra
+    data[start + entry.file_size // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(SnapshotError, match="checksum mismatch, the file was damaged"):
+        read_snapshot(path)
+
+
+def test_resume_with_other_settings_names_each_difference(tmp_path):
+    path = tmp_path / "snap.pt"
+    model, optimizer, scheduler = _parts()
+    save_snapshot(path, model=model, optimizer=optimizer, scheduler=scheduler,
+                  position=Position(), settings={"lr": 0.1, "seed": 0, "num_epochs": 3})
+    with torch.no_grad():
+        model[0].weight.add_(1.0)
+    before = _state(model, optimizer)
+    with pytest.raises(SnapshotError, match=r"\(snapshot -> now\): --lr 0\.1 -> 0\.2; "
+                                            r"--seed 0 -> 1\. Resume") as error:
+        load_snapshot(path, model=model, optimizer=optimizer,
+                      settings={"lr": 0.2, "seed": 1, "num_epochs": 5}, may_change={"num_epochs"})
+    assert "--num-epochs 3" not in str(error.value)
+    assert "may change on resume: --num-epochs" in str(error.value)
+    assert _unchanged(model, optimizer, before)
+    load_snapshot(path, model=model, optimizer=optimizer,
+                  settings={"lr": 0.1, "seed": 0, "num_epochs": 5}, may_change={"num_epochs"})

@@ -6,6 +6,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +70,7 @@ def test_ensure_data_is_idempotent(tmp_path):
     assert (root / "manifest.json").stat().st_mtime_ns == stamp
 
 
-@pytest.mark.parametrize("damage", ["delete", "corrupt", "extra", "manifest"])
+@pytest.mark.parametrize("damage", ["delete", "corrupt", "manifest", "empty_list", "files_list"])
 def test_damage_is_detected_and_repaired(tmp_path, damage):
     root = tmp_path / "shapes"
     ensure_data(root, TINY, verbose=False)
@@ -79,10 +80,13 @@ def test_damage_is_detected_and_repaired(tmp_path, damage):
         target.unlink()
     elif damage == "corrupt":
         target.write_bytes(target.read_bytes()[:100])
-    elif damage == "extra":
-        (root / "train" / "images" / "stray.jpg").write_bytes(b"not an image")
-    else:
+    elif damage == "manifest":
         (root / "manifest.json").write_text("{ truncated")
+    elif damage == "empty_list":
+        (root / "manifest.json").write_text("[]")
+    else:
+        manifest = json.loads((root / "manifest.json").read_text())
+        (root / "manifest.json").write_text(json.dumps({**manifest, "files": ["classes.txt"]}))
     assert verify(root, TINY), "the damage went unnoticed"
     ensure_data(root, TINY, verbose=False)
     assert verify(root, TINY) == []
@@ -122,3 +126,79 @@ def test_cli_writes_a_dataset(tmp_path):
         capture_output=True, text=True, check=True)
     assert "12 train + 6 val" in result.stdout
     assert len(list((root / "train" / "images").glob("*.jpg"))) == 12
+
+
+def test_a_stray_file_is_warned_about_and_left_alone(tmp_path):
+    root = tmp_path / "shapes"
+    ensure_data(root, TINY, verbose=False)
+    stray = root / "train" / "images" / "notes.txt"
+    stray.write_text("mine")
+    stamp = (root / "manifest.json").stat().st_mtime_ns
+    with pytest.warns(UserWarning, match=r"1 file\(s\) not written by the generator, left alone: "
+                                         r".*notes\.txt"):
+        ensure_data(root, TINY, verbose=False)
+    assert stray.read_text() == "mine"
+    assert (root / "manifest.json").stat().st_mtime_ns == stamp  # no regeneration
+    assert verify(root, TINY) == [f"{stray} is not in the manifest"]
+    generate(root, TINY)  # a regeneration (e.g. --force) carries it over too
+    assert stray.read_text() == "mine"
+
+
+def test_a_symlinked_data_folder_is_repaired_through_the_link(tmp_path):
+    real = generate(tmp_path / "elsewhere" / "shapes_real", TINY).root
+    reference = _tree_hashes(real)
+    link = tmp_path / "data" / "shapes"
+    link.parent.mkdir()
+    link.symlink_to(real, target_is_directory=True)
+    (link / "train" / "images" / "img_00003.jpg").write_bytes(b"damaged")
+    ensure_data(link, TINY, verbose=False)
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert verify(link, TINY) == [] and _tree_hashes(real) == reference
+    assert sorted(p.name for p in link.parent.iterdir()) == ["shapes"]
+    assert sorted(p.name for p in real.parent.iterdir()) == [".shapes_real.lock", "shapes_real"]
+
+
+def test_two_forced_regenerations_at_once_serialize(tmp_path):
+    root = tmp_path / "shapes"
+    generate(root, TINY)
+    reference = _tree_hashes(root)
+    errors = []
+
+    def force():
+        try:
+            generate(root, TINY)
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=force) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and _tree_hashes(root) == reference
+    assert not (tmp_path / "shapes.tmp").exists()
+
+
+def test_readers_never_see_a_half_written_dataset(tmp_path):
+    root = tmp_path / "shapes"
+    generate(root, TINY)
+    names = pd.read_csv(root / "train" / "labels.csv").file_name.tolist()
+    done, failures, reads = threading.Event(), [], [0]
+
+    def regenerate():
+        for _ in range(4):
+            generate(root, TINY)
+        done.set()
+
+    writer = threading.Thread(target=regenerate)
+    writer.start()
+    while not done.is_set():
+        for name in ["../labels.csv", *names[:6]]:
+            try:
+                data = (root / "train" / "images" / name).read_bytes()
+                failures += [name] if not data else []
+            except OSError as error:
+                failures.append(f"{name}: {error}")
+            reads[0] += 1
+    writer.join()
+    assert reads[0] > 0 and failures == []

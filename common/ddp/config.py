@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from common.cli import non_negative, option, positive
 from common.cli import parse_config as parse_dataclass
@@ -47,6 +49,15 @@ class TrainConfig:
     tiny: bool = option(False, "a configuration small enough for tests (flags given still win)")
 
 
+#: Settings a run resumed from a snapshot may change; every other one must equal the
+#: snapshot's (``common.ddp.snapshot.check_settings``). ``num_epochs`` extends or shortens a
+#: run: the learning-rate schedule is then rebuilt for the new length at the saved step.
+#: The world size (not a flag) may change too, also mid-epoch: the samples consumed so far
+#: are a prefix of the epoch's shuffled order on any number of ranks.
+RESUME_MAY_CHANGE = frozenset({
+    "num_epochs", "num_workers", "max_steps", "snapshot", "snapshot_every", "save_final",
+    "log_file", "threads", "simulate_failure_at_step", "step_delay", "count_allreduces", "tiny"})
+
 TINY = {"optimizer": "sgd", "lr": 0.05, "num_epochs": 2, "batch_size": 8, "image_size": 32,
         "width": 4, "norm": "group", "subset": 48}
 
@@ -58,7 +69,31 @@ def check_config(config: TrainConfig) -> dict[str, str]:
     """
     return {**positive(config, "num_epochs", "batch_size", "grad_accum", "image_size", "width"),
             **non_negative(config, "max_steps", "snapshot_every", "num_workers", "subset",
-                           "threads", "simulate_failure_at_step", "step_delay")}
+                           "threads", "simulate_failure_at_step", "step_delay"),
+            **{name: problem for name in ("snapshot", "save_final", "log_file")
+               if (problem := unwritable(getattr(config, name)))}}
+
+
+def unwritable(path: str) -> str:
+    """Why a file cannot be written at ``path`` (``""`` if it can, or if no path is given).
+
+    Checked at start, so a run does not train an epoch and then fail to save it.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    if not path:
+        return ""
+    target = Path(path)
+    if target.is_dir():
+        return f"{path} is a folder, not a file"
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # the first existing folder above: the rest gets created
+    if not folder.is_dir():
+        return f"cannot create {path}: {folder} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot create {path}: {folder} is not writable"
+    return ""
 
 
 def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:

@@ -38,9 +38,10 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from common.data import CustomImageDataset
-from common.ddp.config import TrainConfig, parse_config
+from common.ddp.config import RESUME_MAY_CHANGE, TrainConfig, parse_config
 from common.ddp.hooks import AllReduceCounter, counting_allreduce_hook
 from common.ddp.launch import restart_hazard
+from common.ddp.optim import build_optimizer, build_scheduler, rebuild_scheduler
 from common.ddp.process_group import (
     DistInfo,
     all_reduce_sum,
@@ -56,7 +57,9 @@ from common.ddp.snapshot import (
     Position,
     SnapshotError,
     atomic_save,
+    check_settings,
     load_snapshot,
+    read_snapshot,
     save_snapshot,
 )
 from common.device import seed_everything
@@ -64,30 +67,6 @@ from common.loaders import seed_worker
 from common.models import SmallCNN
 from common.synthetic import ShapesData, ensure_data
 from common.transforms import V2EvalPreset, V2TrainPreset
-
-
-def build_optimizer(config: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
-    """AdamW (default) or SGD with momentum, as ``--optimizer`` says.
-
-    Introduced in chapters/04_2_ddp_training.ipynb.
-    """
-    if config.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
-                               weight_decay=config.weight_decay)
-    return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-
-
-def build_scheduler(config: TrainConfig, optimizer: torch.optim.Optimizer,
-                    total_steps: int) -> torch.optim.lr_scheduler.LRScheduler:
-    """Cosine decay from ``--lr``, or a one-cycle warm-up to ``--lr`` and anneal, per step.
-
-    Introduced in chapters/04_2_ddp_training.ipynb.
-    """
-    if config.schedule == "onecycle":
-        # Warming up lets a short run use a high peak rate without diverging in its first steps.
-        return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr, total_steps=total_steps,
-                                                   pct_start=0.3)
-    return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, total_steps)
 
 
 class SeededAugment(Dataset):
@@ -212,7 +191,8 @@ class Run:
     def snapshot(self) -> None:
         if self.config.snapshot:
             save_snapshot(self.config.snapshot, model=self.model, optimizer=self.optimizer,
-                          scheduler=self.scheduler, position=self.position)
+                          scheduler=self.scheduler, position=self.position,
+                          settings=asdict(self.config))
             self.log.write("snapshot", **asdict(self.position))
 
     def stop_requested(self) -> bool:
@@ -308,6 +288,35 @@ def _load_data(config: TrainConfig) -> ShapesData:
     return data
 
 
+def resume(run: Run, steps_per_epoch: int) -> None:
+    """Continue ``run`` from its ``--snapshot``: everything is checked before anything changes.
+
+    Settings outside ``RESUME_MAY_CHANGE`` must equal the snapshot's. A changed
+    ``--num-epochs`` rebuilds the schedule for the new length (``rebuild_scheduler``).
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    config = run.config
+    snapshot = read_snapshot(config.snapshot)
+    check_settings(config.snapshot, snapshot["settings"], asdict(config),
+                   may_change=RESUME_MAY_CHANGE)
+    saved_epochs = snapshot["settings"].get("num_epochs")
+    rebuild = saved_epochs != config.num_epochs
+    if snapshot["step"] > config.num_epochs * steps_per_epoch:
+        raise SnapshotError(f"--num-epochs {config.num_epochs}: snapshot {config.snapshot} is "
+                            f"already at step {snapshot['step']} (epoch {snapshot['epoch']}), "
+                            f"past the {config.num_epochs * steps_per_epoch} steps of "
+                            f"{config.num_epochs} epochs")
+    run.position = load_snapshot(config.snapshot, model=run.model, optimizer=run.optimizer,
+                                 scheduler=None if rebuild else run.scheduler, rank=run.info.rank,
+                                 snapshot=snapshot)
+    if rebuild:
+        run.scheduler = rebuild_scheduler(config, run.optimizer,
+                                          config.num_epochs * steps_per_epoch, run.position.step)
+    run.log.write("resume", snapshot=config.snapshot, **asdict(run.position),
+                  num_epochs=[saved_epochs, config.num_epochs] if rebuild else config.num_epochs)
+
+
 def train(config: TrainConfig, info: DistInfo) -> Run:
     """Build everything, resume from ``--snapshot`` if it exists, train, save.
 
@@ -331,9 +340,7 @@ def train(config: TrainConfig, info: DistInfo) -> Run:
     run.log.write("start", world_size=info.world_size, backend=info.backend,
                   device=str(info.device), steps_per_epoch=steps_per_epoch, config=asdict(config))
     if config.snapshot and Path(config.snapshot).exists():
-        run.position = load_snapshot(config.snapshot, model=model, optimizer=optimizer,
-                                     scheduler=scheduler, rank=info.rank)
-        run.log.write("resume", snapshot=config.snapshot, **asdict(run.position))
+        resume(run, steps_per_epoch)
     counter = AllReduceCounter()
     if config.count_allreduces and info.initialized:
         model.register_comm_hook(counter, counting_allreduce_hook)

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.io import ImageReadMode, decode_image, read_file
 from torchvision.transforms import v2
 
-from common.data import CustomImageDataset, decode_errors, describe_image
+from common.data import CustomImageDataset, decode_errors, describe_image, open_image
 from common.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 DECODERS = ("pil_draft", "torchvision")
@@ -77,7 +77,7 @@ class DraftPilDecoder:
 
     def __call__(self, path: str | os.PathLike, *, where: str = "") -> torch.Tensor:
         with decode_errors(describe_image(path, where)):
-            with Image.open(path) as image:
+            with open_image(path) as image:
                 target = resized_size(*image.size, self.resize_size)
                 if self.draft and image.format == "JPEG":
                     image.draft("RGB", target)  # never smaller than the target

@@ -5,7 +5,13 @@ Modules: ``format`` (writer, manifest, safe streaming reader), ``dataset``
 (``python -m common.shards.train``), which is not imported here.
 """
 
-from common.shards.dataset import POLICIES, ShardedImageDataset, split_shards, worker_quotas
+from common.shards.dataset import (
+    MAX_BUFFER_BYTES,
+    POLICIES,
+    ShardedImageDataset,
+    split_shards,
+    worker_quotas,
+)
 from common.shards.format import (
     IMAGE_EXTENSIONS,
     MANIFEST_NAME,
@@ -24,6 +30,7 @@ from common.shards.format import (
 
 __all__ = [
     "IMAGE_EXTENSIONS",
+    "MAX_BUFFER_BYTES",
     "MANIFEST_NAME",
     "MAX_MEMBER_BYTES",
     "POLICIES",

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from common.shards.format import (
+    ShardError,
     ShardInfo,
     ShardRecord,
     decode_image,
@@ -28,6 +29,8 @@ from common.shards.format import (
 )
 
 POLICIES = ("pad", "drop", "none")
+#: The most image bytes one consumer's shuffle buffer may hold (``max_buffer_bytes``).
+MAX_BUFFER_BYTES = 512 * 2**20
 
 
 # ---------------------------------------------------------------- planning
@@ -65,16 +68,25 @@ def worker_quotas(counts: np.ndarray, policy: str) -> np.ndarray:
     return np.broadcast_to(target, counts.shape).copy()
 
 
-def _shuffled(records: Iterator[ShardRecord], size: int,
-              rng: np.random.Generator) -> Iterator[ShardRecord]:
-    # A bounded buffer: memory holds `size` encoded samples, never the whole stream.
+def _shuffled(records: Iterator[ShardRecord], size: int, rng: np.random.Generator,
+              max_bytes: int) -> Iterator[ShardRecord]:
+    # A bounded buffer: memory holds `size` encoded samples, never the whole stream, and
+    # at most `max_bytes` of them: a few huge members must not multiply by `size`.
     buffer: list[ShardRecord] = []
+    held = 0
     for record in records:
+        held += len(record.data)
+        if held > max_bytes:
+            raise ShardError(f"shard {record.shard}: member {record.member}: the shuffle buffer "
+                             f"would hold {held:,} bytes in {len(buffer) + 1} samples, over "
+                             f"max_buffer_bytes={max_bytes:,}; lower buffer_size or raise "
+                             "max_buffer_bytes")
         if len(buffer) < size:
             buffer.append(record)
             continue
         index = int(rng.integers(size))
         yield buffer[index]
+        held -= len(buffer[index].data)
         buffer[index] = record
     rng.shuffle(buffer)
     yield from buffer
@@ -86,8 +98,27 @@ def _equalized(records: Iterator[ShardRecord], quota: int, count: int) -> Iterat
         if len(kept) < quota - count:
             kept.append(record)
         yield record
+    for _unused in records:
+        # Read (not decode) to the end, so each shard's count is checked against the manifest
+        # even where "drop" leaves samples out or the last shard holds more than it says.
+        pass
     if quota > count:
         yield from itertools.islice(itertools.cycle(kept), quota - count)
+
+
+def _unique_keys(records: Iterator[ShardRecord]) -> Iterator[ShardRecord]:
+    # A shard copied (or re-packed) under another name starts with the same key as the
+    # original: remember each shard's first key (memory per shard, not per sample).
+    first_keys: dict[str, str] = {}
+    current = None
+    for record in records:
+        if record.shard != current:
+            current = record.shard
+            shard = first_keys.setdefault(record.key, record.shard)
+            if shard != record.shard:
+                raise ShardError(f"shard {record.shard}: key {record.key!r} was already read "
+                                 f"from shard {shard} (the same samples in two shards?)")
+        yield record
 
 
 # ---------------------------------------------------------------- the dataset
@@ -116,8 +147,15 @@ class ShardedImageDataset(IterableDataset):
         seed: Base seed; shard order and buffer depend on ``(seed, epoch, rank, worker)``.
         rank: This process's rank (default: from ``torch.distributed``, else 0).
         world_size: Number of ranks (default: from ``torch.distributed``, else 1).
-        equalize: ``"pad"`` (default), ``"drop"`` or ``"none"``.
+        equalize: ``"pad"`` (default), ``"drop"`` or ``"none"``. ``"none"`` is refused while
+            a process group of more than one rank is initialized and ``world_size > 1``:
+            ranks would yield different numbers of batches and DDP would wait forever.
         verify: Check every shard's sha256 against the manifest now.
+        allow_uneven: Accept ``equalize="none"`` under such a process group anyway (for
+            evaluation that runs no collective per batch).
+        max_buffer_bytes: The most image bytes the shuffle buffer may hold (default
+            ``MAX_BUFFER_BYTES``, 512 MiB per consumer); more is a ``ShardError``.
+        max_pixels: Refuse larger images (default ``PIL.Image.MAX_IMAGE_PIXELS``).
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
@@ -126,7 +164,8 @@ class ShardedImageDataset(IterableDataset):
                  transform: Callable | None = None, target_transform: Callable | None = None,
                  *, shuffle: bool = True, buffer_size: int = 256, seed: int = 0,
                  rank: int | None = None, world_size: int | None = None,
-                 equalize: str = "pad", verify: bool = True) -> None:
+                 equalize: str = "pad", verify: bool = True, allow_uneven: bool = False,
+                 max_buffer_bytes: int = MAX_BUFFER_BYTES, max_pixels: int | None = None) -> None:
         super().__init__()
         self.shards = read_manifest(shards) if isinstance(shards, (str, os.PathLike)) \
             else list(shards)
@@ -140,6 +179,14 @@ class ShardedImageDataset(IterableDataset):
             raise ValueError(f"{len(self.shards)} shards cannot feed {self.world_size} ranks; "
                              "write smaller shards")
         worker_quotas(np.zeros((1, 1), dtype=np.int64), equalize)  # validates the name
+        group_size = dist.get_world_size() if distributed else 1
+        if equalize == "none" and self.world_size > 1 and group_size > 1 and not allow_uneven:
+            raise ValueError(f"equalize='none' with a process group of {group_size} ranks: "
+                             "ranks can yield different numbers of batches and DDP then waits "
+                             "forever for the one that ran out; use equalize='pad' or 'drop' "
+                             "(or allow_uneven=True for evaluation without per-batch "
+                             "collectives)")
+        self.max_buffer_bytes, self.max_pixels = max_buffer_bytes, max_pixels
         self.transform, self.target_transform = transform, target_transform
         self.shuffle, self.buffer_size, self.seed = shuffle, buffer_size, seed
         self.equalize, self.epoch = equalize, 0
@@ -188,18 +235,19 @@ class ShardedImageDataset(IterableDataset):
         """The undecoded records one consumer yields this epoch, in order (no decoding)."""
         assignment, counts, quotas = self._split(num_workers, self.epoch)
         mine = assignment[self.rank][worker]
-        stream = itertools.chain.from_iterable(
-            read_shard(self.shards[i].path, expected=self.shards[i].num_samples) for i in mine)
+        stream = _unique_keys(itertools.chain.from_iterable(
+            read_shard(self.shards[i].path, expected=self.shards[i].num_samples,
+                       num_classes=self.shards[i].num_classes) for i in mine))
         if self.shuffle and self.buffer_size > 1:
             rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
-            stream = _shuffled(stream, self.buffer_size, rng)
+            stream = _shuffled(stream, self.buffer_size, rng, self.max_buffer_bytes)
         return _equalized(stream, int(quotas[self.rank, worker]), int(counts[self.rank, worker]))
 
     def __iter__(self):
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 0)
         for record in self.records(worker=worker, num_workers=num_workers):
-            image, label = decode_image(record), record.label
+            image, label = decode_image(record, max_pixels=self.max_pixels), record.label
             if self.transform:
                 image = self.transform(image)
             if self.target_transform:

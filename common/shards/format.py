@@ -15,6 +15,7 @@ import io
 import itertools
 import json
 import os
+import re
 import tarfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,11 +23,16 @@ from pathlib import Path, PurePosixPath
 
 from PIL import Image
 
-from common.data import BadSampleError, decode_errors
+from common.data import BadSampleError, decode_errors, open_image
 
 MANIFEST_NAME = "manifest.json"
 IMAGE_EXTENSIONS = {".jpg": "jpg", ".jpeg": "jpg", ".png": "png"}
-MAX_MEMBER_BYTES = 256 * 2**20  # refuse to buffer a member larger than this
+#: The most bytes one member may claim; checked on the header, before anything is read.
+#: Raise it (``common.shards.format.MAX_MEMBER_BYTES = ...``, or ``read_shard(...,
+#: max_member_bytes=...)``) for images larger than 64 MiB.
+MAX_MEMBER_BYTES = 64 * 2**20
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_INT64_MAX = 2**63 - 1
 
 
 class ShardError(BadSampleError):
@@ -38,7 +44,8 @@ class ShardError(BadSampleError):
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """One shard file: its path, how many samples it holds, and its sha256 (if known).
+    """One shard file: its path, how many samples it holds, its sha256 (if known) and the
+    number of classes its labels must lie below (if known; a manifest's ``classes``).
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
@@ -46,6 +53,7 @@ class ShardInfo:
     path: Path
     num_samples: int
     sha256: str | None = None
+    num_classes: int | None = None
 
 
 # ---------------------------------------------------------------- writing
@@ -135,6 +143,14 @@ def write_shards(samples: Sequence[tuple[str | os.PathLike, int]], out_dir: str 
 def read_manifest(path: str | os.PathLike) -> list[ShardInfo]:
     """The shards a manifest lists (``path`` is the JSON file or its folder), checked for sanity.
 
+    Every entry needs a plain file ``name``, a positive ``num_samples`` and a ``sha256``;
+    no name and no sha256 may appear twice (the same shard listed twice, or copied under
+    another name, would yield its samples twice); the counts must add up to the
+    manifest's ``num_samples``. Labels are later checked against ``classes`` if it is given.
+
+    Raises:
+        ShardError: Naming the manifest and the entry.
+
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
     path = Path(path)
@@ -143,20 +159,49 @@ def read_manifest(path: str | os.PathLike) -> list[ShardInfo]:
         raise FileNotFoundError(f"shard manifest {path} does not exist (run "
                                 "data_scripts/make_shards.py)")
     try:
-        entries = json.loads(path.read_text())["shards"]
-    except (json.JSONDecodeError, KeyError, TypeError) as error:
-        raise ShardError(f"{path}: not a shard manifest ({error})") from error
-    shards = []
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        entries = manifest["shards"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        raise ShardError(f"{path}: not a shard manifest ({error!r})") from error
+    if not isinstance(entries, list):
+        raise ShardError(f"{path}: 'shards' must be a list of entries, got "
+                         f"{type(entries).__name__} {entries!r:.60}")
+    classes = manifest.get("classes") or []
+    if not isinstance(classes, list):
+        raise ShardError(f"{path}: 'classes' must be a list of names, got {classes!r:.60}")
+    shards, names, digests = [], {}, {}
     for i, entry in enumerate(entries):
-        name, count = entry.get("name", ""), entry.get("num_samples")
-        if PurePosixPath(name).name != name or name in ("", ".", ".."):
-            raise ShardError(f"{path}: shard {i} name {name!r} must be a plain file name")
-        if not isinstance(count, int) or count < 1:
-            raise ShardError(f"{path}: shard {name} has num_samples {count!r}")
-        shards.append(ShardInfo(path.parent / name, count, entry.get("sha256")))
+        shards.append(_manifest_entry(path, i, entry, names, digests, len(classes) or None))
     if not shards:
         raise ShardError(f"{path}: lists no shards")
+    total = manifest.get("num_samples")
+    if total is not None and total != sum(shard.num_samples for shard in shards):
+        raise ShardError(f"{path}: num_samples is {total!r} but the shards' counts add up to "
+                         f"{sum(shard.num_samples for shard in shards)}")
     return shards
+
+
+def _manifest_entry(path: Path, i: int, entry: object, names: dict, digests: dict,
+                    num_classes: int | None) -> ShardInfo:
+    where = f"{path}: shard entry {i}"
+    if not isinstance(entry, dict):
+        raise ShardError(f"{where} must be an object with name, num_samples, sha256; got "
+                         f"{entry!r:.60}")
+    name, count, digest = entry.get("name", ""), entry.get("num_samples"), entry.get("sha256")
+    if not isinstance(name, str) or PurePosixPath(name).name != name or name in ("", ".", ".."):
+        raise ShardError(f"{where}: name {name!r} must be a plain file name")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ShardError(f"{where} ({name}) has num_samples {count!r}")
+    if not isinstance(digest, str) or not _SHA256.match(digest):
+        raise ShardError(f"{where} ({name}) has no valid sha256 ({digest!r:.70}); every shard "
+                         "needs one (rewrite the manifest with data_scripts/make_shards.py)")
+    if name in names:
+        raise ShardError(f"{where}: {name} is listed twice (entries {names[name]} and {i})")
+    if digest in digests:
+        raise ShardError(f"{where}: {name} has the same sha256 as entry {digests[digest][0]} "
+                         f"({digests[digest][1]}): the same shard under two names")
+    names[name], digests[digest] = i, (i, name)
+    return ShardInfo(path.parent / name, count, digest, num_classes)
 
 
 def verify_shards(shards: Iterable[ShardInfo]) -> None:
@@ -184,8 +229,12 @@ def ensure_shards(samples: Sequence[tuple[str | os.PathLike, int]], out_dir: str
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
     manifest = Path(out_dir) / MANIFEST_NAME
-    if manifest.is_file():
-        shards, source = read_manifest(manifest), hashlib.sha256()
+    try:
+        shards = read_manifest(manifest) if manifest.is_file() else None
+    except ShardError:
+        shards = None  # a damaged manifest: rewrite every shard
+    if shards is not None:
+        source = hashlib.sha256()
         for image_path, label in samples:
             source.update(Path(image_path).read_bytes() + str(int(label)).encode("ascii"))
         written = json.loads(manifest.read_text())
@@ -231,14 +280,20 @@ def _check_member(shard: Path, member: tarfile.TarInfo) -> tuple[str, str]:
     return str(posix.parent / stem), extension.lower()
 
 
-def _parse_label(text: bytes, where: str) -> int:
+def _parse_label(text: bytes, where: str, num_classes: int | None) -> int:
     value = text.decode("ascii", errors="replace").strip()
-    if not value.isdigit():
-        raise ShardError(f"{where}: label {value!r} is not a non-negative integer")
-    return int(value)
+    if not value.isascii() or not value.isdigit():
+        raise ShardError(f"{where}: label {value!r:.40} is not a non-negative integer")
+    label = int(value)
+    limit = _INT64_MAX + 1 if num_classes is None else num_classes
+    if label >= limit:
+        known = f"0..{num_classes - 1}, the manifest's classes" if num_classes else "int64"
+        raise ShardError(f"{where}: label {value:.40} is out of range ({known})")
+    return label
 
 
-def _records(path: Path, members: Iterator[tuple[tarfile.TarInfo, bytes]]) -> Iterator[ShardRecord]:
+def _records(path: Path, members: Iterator[tuple[tarfile.TarInfo, bytes]],
+             num_classes: int | None) -> Iterator[ShardRecord]:
     key, fields, seen = None, {}, set()
     for member, data in itertools.chain(members, [(None, b"")]):
         sample_key, extension = _check_member(path, member) if member else (None, "")
@@ -248,7 +303,8 @@ def _records(path: Path, members: Iterator[tuple[tarfile.TarInfo, bytes]]) -> It
                 raise ShardError(f"shard {path}: sample {key!r} has members {sorted(fields)}, "
                                  "expected one image and one .cls")
             yield ShardRecord(path.name, key, f"{key}.{image[0]}", fields[image[0]],
-                              _parse_label(fields["cls"], f"shard {path}: member {key}.cls"))
+                              _parse_label(fields["cls"], f"shard {path}: member {key}.cls",
+                                           num_classes))
             seen.add(key)
             fields = {}
         if member is None:
@@ -258,29 +314,40 @@ def _records(path: Path, members: Iterator[tuple[tarfile.TarInfo, bytes]]) -> It
         key, fields[extension] = sample_key, data
 
 
-def read_shard(path: str | os.PathLike, *, expected: int | None = None) -> Iterator[ShardRecord]:
+def read_shard(path: str | os.PathLike, *, expected: int | None = None,
+               num_classes: int | None = None,
+               max_member_bytes: int | None = None) -> Iterator[ShardRecord]:
     """Stream the samples of one shard in stored order, sequentially, without extracting.
 
     Args:
         path: The tar file.
         expected: If given, the shard must hold exactly this many samples.
+        num_classes: If given, every label must lie in ``0 .. num_classes - 1``.
+        max_member_bytes: The most bytes a member may claim (default ``MAX_MEMBER_BYTES``).
 
     Raises:
-        ShardError: Naming the shard and member, for a truncated or corrupt tar, an unsafe
-            or non-regular member, an incomplete sample, or a wrong sample count.
+        ShardError: Naming the shard and member, for a truncated or corrupt tar, an unsafe,
+            sparse, oversized or non-regular member, an incomplete sample, a label out of
+            range, or a wrong sample count.
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
     path = Path(path)
     last = "(the tar header)"
+    limit = MAX_MEMBER_BYTES if max_member_bytes is None else max_member_bytes
 
     def members() -> Iterator[tuple[tarfile.TarInfo, bytes]]:
         nonlocal last
         with tarfile.open(path, mode="r|") as tar:  # "r|": a forward-only stream
             for member in tar:
                 last = member.name
-                if member.size > MAX_MEMBER_BYTES:
-                    raise tarfile.ReadError(f"member of {member.size} bytes (over the limit)")
+                if member.issparse():  # holes would be read back as (lots of) zeros
+                    raise ShardError(f"shard {path}: member {member.name!r} is a sparse file "
+                                     "(refused: a shard holds plain members only)")
+                if member.size > limit:
+                    raise ShardError(f"shard {path}: member {member.name!r} claims "
+                                     f"{member.size:,} bytes, over the limit of {limit:,} "
+                                     "(common.shards.format.MAX_MEMBER_BYTES)")
                 handle = tar.extractfile(member) if member.isreg() else None
                 data = handle.read() if handle else b""
                 if len(data) != (member.size if handle else 0):
@@ -293,7 +360,7 @@ def read_shard(path: str | os.PathLike, *, expected: int | None = None) -> Itera
 
     count = 0
     try:
-        for record in _records(path, members()):
+        for record in _records(path, members(), num_classes):
             count += 1
             yield record
     except (tarfile.TarError, EOFError, OSError) as error:
@@ -304,12 +371,15 @@ def read_shard(path: str | os.PathLike, *, expected: int | None = None) -> Itera
                          f"{expected} (truncated?)")
 
 
-def decode_image(record: ShardRecord) -> Image.Image:
+def decode_image(record: ShardRecord, *, max_pixels: int | None = None) -> Image.Image:
     """Decode a record's image bytes fully as RGB, naming shard and member on failure.
+
+    ``max_pixels``: refuse larger images (default ``PIL.Image.MAX_IMAGE_PIXELS``; see
+    ``common.data.check_pixels``).
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
     with decode_errors(f"shard {record.shard}: member {record.member}: cannot decode image",
                        ShardError):
-        with Image.open(io.BytesIO(record.data)) as image:
+        with open_image(io.BytesIO(record.data), max_pixels=max_pixels) as image:
             return image.convert("RGB")
