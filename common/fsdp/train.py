@@ -52,7 +52,12 @@ from common.ddp.run_log import RunLog, Timing
 from common.ddp.snapshot import atomic_save
 from common.ddp.train import batchnorm_to_groupnorm, build_loaders, build_optimizer, build_scheduler
 from common.device import seed_everything
-from common.fsdp.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from common.fsdp.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from common.fsdp.config import FSDPTrainConfig, parse_config
 from common.fsdp.sharding import local_bytes, shard_model
 from common.models import SmallCNN
