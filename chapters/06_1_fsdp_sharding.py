@@ -215,7 +215,7 @@ fig.tight_layout()
 # FSDP halves what each rank holds; on CPUs it pays for that with extra collectives per step (an
 # all-gather per unit in forward and in backward, a reduce-scatter per unit), so it is slower than DDP
 # here. On GPUs with NCCL those overlap with compute, and for a model that does not fit one GPU there is
-# no DDP number to compare against.
+# no DDP number to compare against. (Both figures come from the cell above; they vary from run to run.)
 
 # %% [markdown]
 # ## Summary

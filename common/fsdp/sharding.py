@@ -39,8 +39,7 @@ def shard_model(model: nn.Module, *, units: Iterable[nn.Module] | None = None,
 
     Args:
         model: The model, already on its device; it needs a default process group.
-        units: Submodules to shard separately (default: every ``UNIT_TYPES`` module,
-            except the root's own direct ``nn.Linear`` head, which the root keeps).
+        units: Submodules to shard separately (default: every ``UNIT_TYPES`` module).
         reshard_after_forward: Free the gathered parameters after forward (ZeRO-3); ``False``
             keeps them until backward (ZeRO-2-like: more memory, one all-gather fewer).
         mp_policy: e.g. ``MixedPrecisionPolicy(param_dtype=torch.bfloat16)`` on GPUs.
