@@ -1,8 +1,8 @@
 # %% [markdown]
 # # Chapter 6.1 — Sharding the model: FSDP2 on CPU processes
-# **Guide sections:** beyond the guide — the title's 大规模深度学习 (large-scale training); it
-# carries §2.1 数据管道的概念与重要性 (why the pipeline matters) over to the model: at scale, what
-# each process must *hold* decides what can be trained at all.
+# **Guide sections:** beyond the guide — relates to §2.1 数据管道的概念与重要性 and the title's 大规模深度学习
+# (large-scale training): §2.1 says why the pipeline matters; at scale, what each process must *hold*
+# decides what can be trained at all.
 # [Glossary / 术语表](../GLOSSARY.md)
 # ## What you will learn
 # - What DDP replicates on every rank (parameters, gradients, AdamW state) and what ZeRO stages 1–3 shard
