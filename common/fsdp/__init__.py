@@ -3,7 +3,7 @@
 Modules: ``sharding`` (``shard_model`` with ``fully_shard``, DTensor placements, bytes per
 rank from the local shards, ZeRO stages on paper), ``checkpoint`` (atomic, validated DCP
 checkpoints that load on any number of ranks; conversion to and from ``torch.save``),
-``config`` (``FSDPTrainConfig``), ``loaders`` (resumable loaders), and the entry points
+``config`` (``FSDPTrainConfig``), and the entry points
 ``train`` (``python -m common.fsdp.train``) and ``bench`` (``make bench-fsdp``), which are
 not imported here. Imports go one way: ``common.fsdp`` uses ``common.ddp`` and the core.
 """
