@@ -19,7 +19,7 @@ PYTEST_PARALLEL ?= -n 2 --dist loadfile
 NETGUARD := PYTHONPATH=$(CURDIR)/tests/netguard COMPANION_NETGUARD_LOG=$(CURDIR)/build/netguard.log \
 	OMP_NUM_THREADS=1
 
-.PHONY: help install data lab test unit notebooks bench bench-ddp assignments grade html translations doctor system-deps shards lint format clean distclean
+.PHONY: help install data lab test unit notebooks bench bench-ddp bench-fsdp assignments grade html translations doctor system-deps shards lint format clean distclean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -81,6 +81,9 @@ system-deps: ## Install Chromium + CJK fonts (site browser test) and bubblewrap 
 
 bench-ddp: $(STAMP) ## Measure DDP samples/s on 1 vs 2 CPU ranks side by side (scaling ratio)
 	$(BIN)/python -m common.ddp.bench
+
+bench-fsdp: $(STAMP) ## Measure FSDP vs DDP on 2 CPU ranks side by side (samples/s and bytes per rank)
+	$(BIN)/python -m common.fsdp.bench
 
 doctor: $(STAMP) ## Check this environment (versions, devices, /dev/shm, data) and suggest fixes
 	$(BIN)/python -m common.doctor

@@ -25,7 +25,7 @@ from course.assignments import (
 )
 
 SOURCES = instructor_sources()
-CHAPTERS = ("ex01_", "ex02_", "ex03_", "ex04_", "ex05_")
+CHAPTERS = ("ex01_", "ex02_", "ex03_", "ex04_", "ex05_", "ex06_")
 
 
 def test_every_chapter_has_an_exercise_notebook_with_at_least_four_exercises():

@@ -57,5 +57,5 @@ def test_no_module_is_too_long_to_read_in_one_sitting():
 
 def test_the_architecture_doc_names_every_package():
     text = (REPO / "ARCHITECTURE.md").read_text()
-    for package in ("common/", "common/fast/", "common/ddp/", "common/shards/", "course/"):
+    for package in ("common/", "common/fast/", "common/ddp/", "common/shards/", "common/fsdp/", "course/"):
         assert f"`{package}`" in text

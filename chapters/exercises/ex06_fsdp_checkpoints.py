@@ -1,0 +1,209 @@
+# %% [markdown]
+# # Chapter 6 exercises — Sharding and distributed checkpoints
+# **Guide sections:** beyond the guide (large-scale training, continues §2.1 数据管道的概念与重要性)
+# [Glossary / 术语表](../../GLOSSARY.md)
+# ## What you will learn
+# - What each rank holds under DDP and under ZeRO stages 1–3.
+# - How FSDP's `Shard(0)` splits a parameter's rows across ranks, and how a checkpoint is resharded.
+# - Publishing a checkpoint atomically, and finding the newest complete one.
+#
+# Five exercises, 10 points, from warm-up to challenging. They accompany the chapter 6 notebooks (06_1–06_3).
+
+# %% [markdown]
+# ## How these exercises work (beyond the guide)
+# Write your code in the cells that say `# YOUR CODE HERE` (replace the `raise NotImplementedError()`
+# or the `...`), run that cell, then run the check cell below it. A check cell prints
+# "not yet done" until you have answered, and fails with a message when something is wrong.
+# When your work is graded, each check cell runs again together with hidden checks, and only the
+# answer cells of your notebook are used: keep all of an exercise's code in its answer cell.
+#
+# The first cell imports what the exercises use, seeds the random generators, picks the device and
+# makes a temporary working folder.
+
+# %%
+import tempfile
+from pathlib import Path
+
+import torch
+
+from common import get_device, seed_everything
+from course.assignments import checks
+
+seed_everything(0)
+device = get_device()
+workdir = Path(tempfile.mkdtemp(prefix="ex06-"))
+print(f"device {device}; working folder {workdir.name}")
+
+# %% [markdown]
+# ## Exercise 1 — Bytes per rank (beyond the guide) · 1 point
+# Training in float32 with AdamW keeps per parameter 4 bytes of parameter, 4 of gradient and 8 of
+# optimizer state. Write `zero_bytes(num_params, *, world_size, stage)` returning the bytes per rank:
+# stage 0 is DDP (nothing sharded); stage 1 divides the optimizer state by `world_size`, stage 2 also
+# the gradients, stage 3 also the parameters. Return a float.
+
+# %% nbgrader={"grade": false, "grade_id": "ex1-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def zero_bytes(num_params: int, *, world_size: int, stage: int) -> float:
+    ### BEGIN SOLUTION
+    parts = (8, 4, 4)  # optimizer state, gradients, parameters: sharded in this order
+    return float(num_params * sum(b / world_size if i < stage else b for i, b in enumerate(parts)))
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex1-tests", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+with checks("Exercise 1"):
+    assert zero_bytes(1_000, world_size=4, stage=0) == 16_000, "DDP: 16 bytes per parameter"
+    assert zero_bytes(1_000, world_size=4, stage=3) == 4_000, "ZeRO-3 divides everything"
+### BEGIN HIDDEN TESTS
+assert zero_bytes(1_000, world_size=4, stage=1) == 1_000 * (4 + 4 + 2)
+assert zero_bytes(1_000, world_size=8, stage=2) == 1_000 * (4 + 0.5 + 1)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 2 — `Shard(0)` by hand (beyond the guide) · 2 points
+# FSDP2 splits every parameter along dimension 0 the way `torch.chunk` does: each rank gets
+# `ceil(rows / world_size)` rows, the last ranks fewer (possibly none). Write
+# `local_shard(tensor, *, rank, world_size)` returning rank `rank`'s rows (an empty tensor with the
+# remaining dimensions when it gets none).
+
+# %% nbgrader={"grade": false, "grade_id": "ex2-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def local_shard(tensor: torch.Tensor, *, rank: int, world_size: int) -> torch.Tensor:
+    ### BEGIN SOLUTION
+    per_rank = -(-tensor.shape[0] // world_size)
+    return tensor[rank * per_rank:(rank + 1) * per_rank]
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex2-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+with checks("Exercise 2"):
+    weight = torch.arange(12.0).reshape(6, 2)
+    assert local_shard(weight, rank=1, world_size=2).tolist() == [[6, 7], [8, 9], [10, 11]]
+    assert local_shard(weight, rank=3, world_size=4).shape == (0, 2), "the last rank gets no rows"
+### BEGIN HIDDEN TESTS
+for rows in (1, 5, 7, 64):
+    for world_size in (1, 2, 3, 4):
+        tensor = torch.randn(rows, 3)
+        parts = [local_shard(tensor, rank=r, world_size=world_size) for r in range(world_size)]
+        assert torch.equal(torch.cat(parts), tensor), (rows, world_size)
+        chunks = torch.chunk(tensor, world_size)
+        assert all(torch.equal(p, c) for p, c in zip(parts, chunks, strict=False))
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 3 — Resharding (beyond the guide) · 2 points
+# A checkpoint written by `old_world_size` ranks holds one row-shard per rank. Loading on
+# `new_world_size` ranks, each new rank needs the rows its own shard covers. Write
+# `reshard(shards, new_world_size)` taking the old ranks' shards (a list, in rank order) and returning
+# the new ranks' shards — use your `local_shard`. (DCP does this piecewise, reading only the byte ranges
+# each rank needs; here the whole tensor may be rebuilt in memory.)
+
+# %% nbgrader={"grade": false, "grade_id": "ex3-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def reshard(shards: list[torch.Tensor], new_world_size: int) -> list[torch.Tensor]:
+    ### BEGIN SOLUTION
+    full = torch.cat(shards)
+    return [local_shard(full, rank=r, world_size=new_world_size) for r in range(new_world_size)]
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex3-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+with checks("Exercise 3"):
+    weight = torch.arange(14.0).reshape(7, 2)
+    two = [local_shard(weight, rank=r, world_size=2) for r in range(2)]
+    three = reshard(two, 3)
+    assert [s.shape[0] for s in three] == [3, 3, 1], [s.shape for s in three]
+    assert torch.equal(torch.cat(three), weight)
+### BEGIN HIDDEN TESTS
+one = reshard(three, 1)
+assert len(one) == 1 and torch.equal(one[0], weight)
+assert torch.equal(torch.cat(reshard(reshard(two, 5), 2)), weight)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 4 — Publish a checkpoint atomically (beyond the guide) · 2 points
+# Write `save_atomically(state, root, step)`: `torch.save(state, ...)` into a file `state.pt` inside a
+# hidden temporary folder `root/.step-NNNNNN.tmp` (6 digits; remove one left by an earlier killed
+# writer first), then rename the folder to `root/step-NNNNNN` and return that path. Create `root`
+# if needed. If a `step-NNNNNN` already exists, raise `FileExistsError` and leave it untouched.
+
+# %% nbgrader={"grade": false, "grade_id": "ex4-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def save_atomically(state: dict, root, step: int) -> Path:
+    ### BEGIN SOLUTION
+    import shutil
+
+    root = Path(root)
+    final, tmp = root / f"step-{step:06d}", root / f".step-{step:06d}.tmp"
+    if final.exists():
+        raise FileExistsError(f"{final} exists")
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    torch.save(state, tmp / "state.pt")
+    tmp.rename(final)
+    return final
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex4-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+with checks("Exercise 4"):
+    root = workdir / "atomic"
+    (root / ".step-000002.tmp").mkdir(parents=True)  # left by a killed writer
+    (root / ".step-000002.tmp" / "junk").write_text("partial")
+    path = save_atomically({"w": torch.ones(2)}, root, 2)
+    assert path == root / "step-000002" and sorted(p.name for p in root.iterdir()) == ["step-000002"]
+    assert sorted(p.name for p in path.iterdir()) == ["state.pt"]
+    assert torch.equal(torch.load(path / "state.pt")["w"], torch.ones(2))
+### BEGIN HIDDEN TESTS
+try:
+    save_atomically({"w": torch.zeros(2)}, root, 2)
+    raise AssertionError("an existing checkpoint must not be overwritten")
+except FileExistsError:
+    pass
+assert torch.equal(torch.load(root / "step-000002" / "state.pt")["w"], torch.ones(2))
+assert save_atomically({}, workdir / "new" / "deeper", 17).name == "step-000017"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 5 — The newest complete checkpoint (beyond the guide) · 3 points
+# A checkpoint folder holds `step-NNNNNN` folders (complete when they contain a `.metadata` file),
+# hidden `.step-NNNNNN.tmp` folders, and other files. Write `newest_complete(root)`: the complete
+# `step-NNNNNN` folder with the highest step number (as a number: `step-1000000` is newer than
+# `step-999999`), or `None` when there is none or `root` does not exist. Skip incomplete folders.
+
+# %% nbgrader={"grade": false, "grade_id": "ex5-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def newest_complete(root) -> Path | None:
+    ### BEGIN SOLUTION
+    import re
+
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    found = [(int(m.group(1)), p) for p in root.iterdir()
+             if (m := re.fullmatch(r"step-(\d+)", p.name)) and (p / ".metadata").is_file()]
+    return max(found)[1] if found else None
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex5-tests", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+def folder(root: Path, name: str, complete: bool = True) -> None:
+    (root / name).mkdir(parents=True)
+    if complete:
+        (root / name / ".metadata").write_bytes(b"x")
+
+
+with checks("Exercise 5"):
+    root = workdir / "newest"
+    folder(root, "step-000004")
+    folder(root, "step-000008")
+    folder(root, ".step-000012.tmp")
+    assert newest_complete(root) == root / "step-000008"
+    assert newest_complete(workdir / "nowhere") is None
+### BEGIN HIDDEN TESTS
+folder(root, "step-000010", complete=False)
+assert newest_complete(root) == root / "step-000008", "a folder without .metadata is incomplete"
+folder(root, "step-999999")
+folder(root, "step-1000000")
+(root / "step-2000000").write_text("a file, not a folder")
+assert newest_complete(root) == root / "step-1000000"
+empty = workdir / "empty"
+empty.mkdir()
+assert newest_complete(empty) is None
+### END HIDDEN TESTS

@@ -1,0 +1,39 @@
+"""Chapter 6: beyond DDP — sharding the model with FSDP2, distributed checkpoints, compile.
+
+Modules: ``sharding`` (``shard_model`` with ``fully_shard``, DTensor placements, bytes per
+rank from the local shards, ZeRO stages on paper), ``checkpoint`` (atomic, validated DCP
+checkpoints that load on any number of ranks; conversion to and from ``torch.save``),
+``config`` (``FSDPTrainConfig``), and the entry points
+``train`` (``python -m common.fsdp.train``) and ``bench`` (``make bench-fsdp``), which are
+not imported here. Imports go one way: ``common.fsdp`` uses ``common.ddp`` and the core.
+"""
+
+from common.fsdp.checkpoint import (
+    CheckpointError,
+    check_checkpoint,
+    checkpoint_dirs,
+    from_torch_save,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    to_torch_save,
+    training_state,
+)
+from common.fsdp.sharding import bytes_per_rank, local, local_bytes, placements, shard_model
+
+__all__ = [
+    "CheckpointError",
+    "bytes_per_rank",
+    "check_checkpoint",
+    "checkpoint_dirs",
+    "from_torch_save",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "local",
+    "local_bytes",
+    "placements",
+    "save_checkpoint",
+    "shard_model",
+    "to_torch_save",
+    "training_state",
+]

@@ -1,0 +1,245 @@
+"""Distributed checkpoints (``torch.distributed.checkpoint``, DCP): atomic, validated, reshardable.
+
+A checkpoint is a folder ``step-NNNNNN`` holding one ``__R_0.distcp`` file per writing rank
+and a ``.metadata`` file that says which byte range of which file holds which piece of which
+tensor. Loading reads those pieces into whatever sharding the loading ranks have, so a
+checkpoint written by 2 ranks loads on 1 or on 3 (resharding). Every rank calls these
+functions; DCP coordinates them.
+
+Saves are atomic: DCP writes into a hidden ``.step-NNNNNN.tmp`` folder, and only when every
+rank has finished does rank 0 rename it to ``step-NNNNNN``. A run killed mid-save leaves its
+previous checkpoint, untouched, as the newest complete one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import warnings
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save, torch_save_to_dcp
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+STEP_DIR = re.compile(r"^step-(\d{6,})$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded here; the message names the file and the reason.
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _barrier() -> None:
+    if _distributed():
+        dist.barrier()
+
+
+def _rank() -> int:
+    return dist.get_rank() if _distributed() else 0
+
+
+@contextmanager
+def _quiet_single_process():
+    """DCP warns that it "assumes a single process" without a process group: that is intended."""
+    with warnings.catch_warnings():
+        if not _distributed():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def checkpoint_dirs(root: str | os.PathLike) -> list[Path]:
+    """The complete checkpoints under ``root`` (``step-NNNNNN`` folders), oldest first.
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if p.is_dir() and STEP_DIR.match(p.name)),
+                  key=lambda p: int(STEP_DIR.match(p.name).group(1)))
+
+
+def latest_checkpoint(root: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint under ``root``, or ``None``.
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+    found = checkpoint_dirs(root)
+    return found[-1] if found else None
+
+
+def training_state(model: nn.Module, optimizer: torch.optim.Optimizer,
+                   extra: dict | None = None) -> dict:
+    """``{"model": ..., "optim": ..., "extra": ...}`` from ``get_state_dict``: sharded
+    DTensors under FSDP, full tensors under DDP or one process, fully-qualified names.
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+    model_state, optim_state = get_state_dict(model, optimizer)
+    return {"model": model_state, "optim": optim_state, "extra": dict(extra or {})}
+
+
+def save_checkpoint(root: str | os.PathLike, step: int, *, model: nn.Module,
+                    optimizer: torch.optim.Optimizer, extra: dict | None = None, keep: int = 2,
+                    on_written: Callable[[Path], None] | None = None) -> Path:
+    """Write ``root/step-NNNNNN`` atomically on every rank; keep the newest ``keep``.
+
+    Args:
+        root: The checkpoint folder (shared by all ranks: a local disk on one machine,
+            a shared file system across machines).
+        step: The optimizer step the state belongs to.
+        model, optimizer: Sharded (FSDP) or not (DDP, one process).
+        extra: Small picklable values (loader position, scheduler state, RNG tensors).
+        keep: How many complete checkpoints to leave (at least 1).
+        on_written: Called on every rank after DCP wrote the hidden folder and before
+            it is published; the tests and the chapter use it to kill a run mid-save.
+
+    Returns:
+        The published folder.
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+    root = Path(root)
+    final, tmp = root / f"step-{step:06d}", root / f".step-{step:06d}.tmp"
+    if _rank() == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a writer killed mid-save
+        tmp.mkdir()
+    _barrier()
+    with _quiet_single_process():
+        dcp.save(training_state(model, optimizer, extra), checkpoint_id=tmp)
+    if on_written is not None:
+        on_written(tmp)
+    _barrier()
+    if _rank() == 0:
+        old = root / f".step-{step:06d}.old"
+        if final.exists():  # the same step saved again after a restart
+            final.rename(old)
+        tmp.rename(final)  # the atomic step: the checkpoint exists complete, or not at all
+        shutil.rmtree(old, ignore_errors=True)
+        for stale in checkpoint_dirs(root)[:-max(keep, 1)]:
+            shutil.rmtree(stale)
+    _barrier()
+    return final
+
+
+def check_checkpoint(path: str | os.PathLike, state: dict) -> None:
+    """Raise ``CheckpointError`` unless ``path`` is a complete checkpoint that fits ``state``.
+
+    Checks, without loading anything: ``.metadata`` exists and reads; every file it names
+    exists and is long enough; every tensor of ``state`` is in it, with the same shape.
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+    path = Path(path)
+    meta_file = path / ".metadata"
+    if not meta_file.is_file():
+        raise CheckpointError(f"{meta_file}: missing; {path} is not a complete distributed "
+                              "checkpoint")
+    try:
+        metadata = dcp.FileSystemReader(path).read_metadata()
+    except Exception as error:  # a truncated pickle raises EOFError, UnpicklingError, ...
+        raise CheckpointError(f"{meta_file}: unreadable ({type(error).__name__}: {error}); "
+                              "the file is truncated or corrupt") from error
+    needed: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        end = info.offset + info.length
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    for name, size in sorted(needed.items()):
+        shard = path / name
+        if not shard.is_file():
+            raise CheckpointError(f"{shard}: shard file missing (named in {meta_file})")
+        if shard.stat().st_size < size:
+            raise CheckpointError(f"{shard}: truncated ({shard.stat().st_size} bytes, "
+                                  f"{meta_file} needs {size})")
+    _check_shapes(path, metadata.state_dict_metadata, state)
+
+
+def _flat(state: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in state.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out |= _flat(value, f"{name}.")
+        else:
+            out[name] = value
+    return out
+
+
+def _check_shapes(path: Path, stored: dict, state: dict) -> None:
+    wanted = {k: v for k, v in _flat({"model": state["model"]}).items() if torch.is_tensor(v)}
+    missing = sorted(set(wanted) - set(stored))
+    wrong = [(k, tuple(stored[k].size), tuple(v.shape)) for k, v in wanted.items()
+             if k in stored and isinstance(stored[k], TensorStorageMetadata)
+             and tuple(stored[k].size) != tuple(v.shape)]
+    if missing or wrong:
+        detail = (f"missing {missing[:3]}" if missing else
+                  f"{wrong[0][0]} is {wrong[0][1]} there but {wrong[0][2]} here")
+        raise CheckpointError(f"{path / '.metadata'}: written for another model ({detail}); "
+                              "nothing was loaded")
+
+
+def load_checkpoint(path: str | os.PathLike, *, model: nn.Module,
+                    optimizer: torch.optim.Optimizer, extra: dict | None = None) -> dict:
+    """Load a checkpoint into ``model`` and ``optimizer`` in place, on every rank.
+
+    The checkpoint is checked first (``check_checkpoint``): a bad one raises
+    ``CheckpointError`` naming the file, and nothing is changed. Works for any number of
+    loading ranks and either strategy: DCP reads each rank's pieces (resharding).
+
+    Args:
+        extra: A template of the extra values to read (same keys as were saved).
+
+    Returns:
+        The extra values, read from the checkpoint.
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+    state = training_state(model, optimizer, extra)
+    check_checkpoint(path, state)
+    with _quiet_single_process():
+        dcp.load(state, checkpoint_id=Path(path))
+    set_state_dict(model, optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optim"])
+    return state["extra"]
+
+
+def to_torch_save(path: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """A DCP checkpoint as one ``torch.save`` file (full tensors), e.g. for inference.
+
+    Runs in one plain process, no process group. ``torch.load(out)["model"]`` is then an
+    ordinary ``state_dict``.
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+    check_checkpoint(path, {"model": {}})
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    dcp_to_torch_save(Path(path), out)
+    return out
+
+
+def from_torch_save(file: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """A ``torch.save`` file of full tensors as a DCP checkpoint folder (the way back).
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+    out = Path(out)
+    if out.exists():
+        raise CheckpointError(f"{out}: exists; refusing to overwrite it")
+    torch_save_to_dcp(Path(file), out)
+    return out

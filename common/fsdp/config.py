@@ -1,0 +1,85 @@
+"""The settings of ``common.fsdp.train`` as a dataclass; the command line is built from it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from common.cli import non_negative, option, positive
+from common.cli import parse_config as parse_dataclass
+
+
+@dataclass
+class FSDPTrainConfig:
+    """Every setting of a run; each field is a command-line flag (``batch_size`` -> ``--batch-size``).
+
+    Introduced in chapters/06_1_fsdp_sharding.ipynb.
+    """
+
+    strategy: str = option("fsdp", "fsdp: shard parameters, gradients and optimizer state "
+                           "(fully_shard); ddp: replicate them (DistributedDataParallel)",
+                           choices=("fsdp", "ddp"))
+    data: str = option("", "dataset folder from common.ensure_data (default: the repo's data/shapes)")
+    num_epochs: int = option(3, "number of epochs")
+    batch_size: int = option(64, "GLOBAL batch per optimizer step, split over ranks and --grad-accum")
+    optimizer: str = option("adamw", "adamw, or sgd (with momentum)", choices=("adamw", "sgd"))
+    lr: float = option(3e-3, "peak learning rate")
+    schedule: str = option("cosine", "per optimizer step: cosine decay, or onecycle",
+                           choices=("cosine", "onecycle"))
+    momentum: float = option(0.9, "SGD momentum")
+    weight_decay: float = option(5e-4, "weight decay")
+    seed: int = option(0, "seed of weights, shuffling and augmentation")
+    num_workers: int = option(0, "DataLoader worker processes per rank")
+    image_size: int = option(64, "side of the square training images")
+    width: int = option(16, "channels of SmallCNN's first block (GroupNorm instead of BatchNorm)")
+    augment: bool = option(True, "random crops, flips, rotations, colour jitter (seeded per sample)")
+    subset: int = option(0, "use only the first N training and N // 2 validation images (0: all)")
+    grad_accum: int = option(1, "micro-batches per optimizer step (gradient sync on the last only)")
+    max_steps: int = option(0, "stop after this many optimizer steps (0: run all epochs)")
+    checkpoint: str = option("", "distributed-checkpoint folder: resumed from its newest "
+                             "step-NNNNNN if any, written at epoch ends")
+    checkpoint_every: int = option(0, "also checkpoint every N optimizer steps (0: epoch ends only)")
+    keep: int = option(2, "complete checkpoints to keep")
+    save_final: str = option("", "write the final full model state_dict here (torch.save)")
+    log_file: str = option("", "append JSON lines (one per event) to this file, from rank 0")
+    compile: bool = option(False, "torch.compile the model's forward (and so its backward)")
+    reshard_after_forward: bool = option(True, "FSDP: free gathered parameters after forward "
+                                         "(ZeRO-3); --no-... keeps them until backward")
+    bf16: bool = option(False, "FSDP: bfloat16 MixedPrecisionPolicy (CUDA only)")
+    threads: int = option(0, "torch threads per process (0: leave the default)")
+    simulate_kill_at_step: int = option(0, "the last rank SIGKILLs itself after this step "
+                                        "(first attempt only)")
+    kill_in_save: bool = option(False, "with --simulate-kill-at-step: die inside that step's "
+                                "checkpoint, after writing, before publishing it")
+    step_delay: float = option(0.0, "sleep after each step (s), so a demo can interrupt a run")
+    tiny: bool = option(False, "a configuration small enough for tests (flags given still win)")
+
+
+TINY = {"num_epochs": 2, "batch_size": 12, "image_size": 32, "width": 4, "subset": 48,
+        "augment": False}
+
+
+def check_config(config: FSDPTrainConfig) -> dict[str, str]:
+    """Problems of a finished configuration, by field (empty when it is valid).
+
+    Introduced in chapters/06_1_fsdp_sharding.ipynb.
+    """
+    problems = {**positive(config, "num_epochs", "batch_size", "grad_accum", "image_size", "width",
+                           "keep"),
+                **non_negative(config, "max_steps", "checkpoint_every", "num_workers", "subset",
+                               "threads", "simulate_kill_at_step", "step_delay")}
+    if config.kill_in_save and not config.simulate_kill_at_step:
+        problems["kill_in_save"] = "needs --simulate-kill-at-step N"
+    if config.bf16 and config.strategy != "fsdp":
+        problems["bf16"] = "is FSDP's MixedPrecisionPolicy; use --strategy fsdp"
+    return problems
+
+
+def parse_config(argv: Sequence[str] | None = None) -> FSDPTrainConfig:
+    """Flags -> ``FSDPTrainConfig``; ``--tiny`` fills in ``TINY`` where no flag was given.
+
+    Introduced in chapters/06_1_fsdp_sharding.ipynb.
+    """
+    return parse_dataclass(FSDPTrainConfig, argv, description="Train SmallCNN with FSDP2 or DDP "
+                           "(python -m common.fsdp.train)", presets={"tiny": TINY},
+                           validate=check_config)

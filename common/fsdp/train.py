@@ -1,0 +1,324 @@
+"""Train SmallCNN on the shapes data with FSDP2 (``fully_shard``) or DDP, with distributed checkpoints.
+
+One process (plain python; no process group, nothing sharded)::
+
+    python -m common.fsdp.train --num-epochs 3 --batch-size 64 --checkpoint runs/fsdp/ckpt
+
+Two processes on this machine (gloo on CPUs, NCCL on GPUs; --batch-size is the global batch)::
+
+    torchrun --standalone --nproc_per_node=2 -m common.fsdp.train --strategy fsdp \
+        --checkpoint runs/fsdp/ckpt --save-final runs/fsdp/model.pt --log-file runs/fsdp/log.jsonl
+
+Two nodes (run on each; the checkpoint folder must be on a file system both see)::
+
+    export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+    torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 \
+        --rdzv-id=job42 --max-restarts=3 -m common.fsdp.train --strategy fsdp --bf16 \
+        --checkpoint /shared/runs/ckpt
+
+``--checkpoint DIR`` resumes from the newest complete ``DIR/step-NNNNNN`` — written by any
+number of ranks, with either strategy — and writes new ones atomically. ``--compile`` runs
+the model through ``torch.compile``. ``--tiny`` is the configuration the tests use; the
+settings are ``common.fsdp.config.FSDPTrainConfig``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import MixedPrecisionPolicy
+
+from common.ddp.launch import restart_hazard
+from common.ddp.process_group import (
+    DistInfo,
+    all_reduce_sum,
+    cleanup_distributed,
+    gather_objects,
+    is_main_process,
+    setup_distributed,
+    wrap_model,
+)
+from common.ddp.run_log import RunLog, Timing
+from common.ddp.snapshot import atomic_save
+from common.ddp.train import batchnorm_to_groupnorm, build_loaders, build_optimizer, build_scheduler
+from common.device import seed_everything
+from common.fsdp.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from common.fsdp.config import FSDPTrainConfig, parse_config
+from common.fsdp.sharding import local_bytes, shard_model
+from common.models import SmallCNN
+from common.synthetic import ShapesData, ensure_data
+
+
+def build_model(config: FSDPTrainConfig, info: DistInfo, num_classes: int) -> nn.Module:
+    """SmallCNN with GroupNorm on this rank's device: sharded (FSDP), wrapped (DDP), or plain.
+
+    GroupNorm, not BatchNorm: it keeps no per-rank batch statistics, so any number of ranks
+    computes the gradient of the same global batch.
+
+    Introduced in chapters/06_1_fsdp_sharding.ipynb.
+    """
+    torch.manual_seed(config.seed)  # the same initial weights on every rank
+    model = batchnorm_to_groupnorm(SmallCNN(num_classes, width=config.width)).to(info.device)
+    if not info.initialized:
+        return model
+    if config.strategy == "ddp":
+        return wrap_model(model, info)
+    policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+              if config.bf16 else None)
+    return shard_model(model, reshard_after_forward=config.reshard_after_forward, mp_policy=policy)
+
+
+def gradient_sync(model: nn.Module, sync: bool):
+    """A context in which backward reduces gradients across ranks only if ``sync``.
+
+    DDP skips its all-reduce inside ``no_sync()``; FSDP2 skips its reduce-scatter after
+    ``set_requires_gradient_sync(False)``.
+
+    Introduced in chapters/06_1_fsdp_sharding.ipynb.
+    """
+    if hasattr(model, "set_requires_gradient_sync"):
+        model.set_requires_gradient_sync(sync)
+        return nullcontext()
+    if hasattr(model, "no_sync") and not sync:
+        return model.no_sync()
+    return nullcontext()
+
+
+@dataclass
+class Run:
+    """What the training loop, the checkpoints and ``main`` share while a run goes on.
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+
+    config: FSDPTrainConfig
+    info: DistInfo
+    model: nn.Module
+    forward: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    log: RunLog
+    position: dict = field(default_factory=lambda: {"epoch": 0, "step": 0, "batch_in_epoch": 0})
+    timing: Timing = field(default_factory=Timing)
+    memory: dict = field(default_factory=dict)
+
+    def extra(self) -> dict:
+        """Everything but model and optimizer that a resumed run needs."""
+        return {"position": dict(self.position), "scheduler": self.scheduler.state_dict(),
+                "rng": torch.get_rng_state()}
+
+    def checkpoint(self) -> None:
+        config = self.config
+        if not config.checkpoint:
+            return
+        kill = (config.kill_in_save and self.position["step"] == config.simulate_kill_at_step
+                and self.log.attempt == 0)
+        path = save_checkpoint(config.checkpoint, self.position["step"], model=self.model,
+                               optimizer=self.optimizer, extra=self.extra(), keep=config.keep,
+                               on_written=(lambda _tmp: self.die("in_save")) if kill else None)
+        self.log.write("checkpoint", path=path.name, **self.position)
+
+    def resume(self) -> None:
+        path = latest_checkpoint(self.config.checkpoint) if self.config.checkpoint else None
+        if path is None:
+            return
+        extra = load_checkpoint(path, model=self.model, optimizer=self.optimizer,
+                                extra=self.extra())
+        self.scheduler.load_state_dict(extra["scheduler"])
+        torch.set_rng_state(extra["rng"])
+        self.position = {k: int(v) for k, v in extra["position"].items()}
+        self.log.write("resume", path=path.name, world_size=self.info.world_size, **self.position)
+
+    def die(self, where: str) -> None:
+        self.log.write("simulated_kill", where=where, rank=self.info.world_size - 1, **self.position)
+        if self.info.rank == self.info.world_size - 1:
+            os.kill(os.getpid(), signal.SIGKILL)  # like the OOM killer: no cleanup at all
+
+
+def _after_step(run: Run, batch_index: int) -> None:
+    config, step = run.config, run.position["step"]
+    if config.checkpoint_every and step % config.checkpoint_every == 0:
+        run.checkpoint()
+    if step == config.simulate_kill_at_step and run.log.attempt == 0 and not config.kill_in_save:
+        run.die("after_step")
+    if config.step_delay:
+        time.sleep(config.step_delay)
+
+
+def train_epoch(run: Run, loader, epoch: int) -> dict[str, float]:
+    """Train from ``run.position`` to the end of ``epoch`` (or ``--max-steps``).
+
+    Introduced in chapters/06_1_fsdp_sharding.ipynb.
+    """
+    config, device, accum = run.config, run.info.device, run.config.grad_accum
+    run.model.train()
+    sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, samples
+    start = run.position["batch_in_epoch"]
+    per_epoch = len(loader.sampler) // loader.batch_size // accum * accum + start
+    batch_index, waited = start, time.perf_counter()
+    for images, labels in itertools.islice(loader, per_epoch - start):
+        run.timing.wait += time.perf_counter() - waited
+        images, labels = images.to(device), labels.to(device)
+        batch_index += 1
+        sync = batch_index % accum == 0
+        with gradient_sync(run.model, sync):
+            logits = run.forward(images)
+            loss = nn.functional.cross_entropy(logits, labels)
+            (loss / accum).backward()
+        sums += torch.stack([loss.detach() * labels.size(0), (logits.argmax(1) == labels).sum(),
+                             torch.tensor(labels.size(0), device=device)]).double()
+        if sync:
+            run.optimizer.step()
+            run.scheduler.step()
+            run.memory = local_bytes(run.model, run.optimizer)  # before the gradients go
+            run.optimizer.zero_grad(set_to_none=True)
+            run.position = {"epoch": epoch, "step": run.position["step"] + 1,
+                            "batch_in_epoch": batch_index}
+            run.timing.step_done(run.position["step"])
+            _after_step(run, batch_index)
+            if 0 < config.max_steps <= run.position["step"]:
+                break
+        waited = time.perf_counter()
+    loss_sum, correct, seen = all_reduce_sum(sums).tolist()
+    return {"train_loss": loss_sum / max(seen, 1), "train_acc": correct / max(seen, 1)}
+
+
+def _most_over_ranks(count: int, device: torch.device) -> int:
+    value = torch.tensor([count], device=device)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+    return int(value.item())
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader, device: torch.device, *, image_size: int) -> dict[str, float]:
+    """Validation loss and accuracy, each sample counted once over all ranks.
+
+    Under FSDP every forward is a collective (it all-gathers parameters), so every rank must
+    run the same number of them: a rank with fewer batches runs forwards on a dummy batch
+    and discards the result.
+
+    Introduced in chapters/06_1_fsdp_sharding.ipynb.
+    """
+    model.eval()
+    batches = list(loader)
+    most = _most_over_ranks(len(batches), device)
+    sums = torch.zeros(3, dtype=torch.float64, device=device)
+    dummy = torch.zeros(1, 3, image_size, image_size, device=device)
+    for index in range(most):
+        if index >= len(batches):
+            model(dummy)
+            continue
+        images, labels = batches[index][0].to(device), batches[index][1].to(device)
+        logits = model(images)
+        loss = nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
+        sums += torch.stack([loss, (logits.argmax(1) == labels).sum(),
+                             torch.tensor(labels.size(0), device=device)]).double()
+    loss_sum, correct, seen = all_reduce_sum(sums).tolist()
+    return {"val_loss": loss_sum / max(seen, 1), "val_acc": correct / max(seen, 1)}
+
+
+def _load_data(config: FSDPTrainConfig) -> ShapesData:
+    if not config.data:
+        return ensure_data(verbose=False)
+    data = ShapesData(Path(config.data))
+    if not data.labels_csv("train").is_file():
+        raise FileNotFoundError(f"--data {config.data}: no train/labels.csv there")
+    return data
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The whole model's ``state_dict`` on rank 0's CPU (gathered from the shards under FSDP).
+
+    Every rank must call it (it all-gathers); the other ranks get an empty dict.
+
+    Introduced in chapters/06_1_fsdp_sharding.ipynb.
+    """
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=options)
+
+
+def train(config: FSDPTrainConfig, info: DistInfo) -> Run:
+    """Build everything, resume from ``--checkpoint`` if it holds one, train, save.
+
+    Introduced in chapters/06_1_fsdp_sharding.ipynb.
+    """
+    if config.bf16 and info.device.type != "cuda":
+        raise ValueError("--bf16 (MixedPrecisionPolicy) is GPU-only here; this process runs on "
+                         "the CPU")
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    seed_everything(config.seed)
+    data = _load_data(config)
+    train_loader, val_loader = build_loaders(config, info, data)
+    model = build_model(config, info, len(data.classes))
+    optimizer = build_optimizer(config, model)
+    steps_per_epoch = len(train_loader) // config.grad_accum
+    scheduler = build_scheduler(config, optimizer, config.num_epochs * steps_per_epoch)
+    forward = torch.compile(model) if config.compile else model
+    run = Run(config, info, model, forward, optimizer, scheduler, RunLog(config.log_file, info))
+    if restart_hazard() and is_main_process():
+        print(f"warning: {restart_hazard()}", file=sys.stderr, flush=True)
+    run.log.write("start", world_size=info.world_size, strategy=config.strategy,
+                  device=str(info.device), steps_per_epoch=steps_per_epoch, config=asdict(config))
+    run.resume()
+    first_step = run.position["step"]
+    for epoch in range(run.position["epoch"], config.num_epochs):
+        if 0 < config.max_steps <= run.position["step"]:
+            break
+        start = run.position["batch_in_epoch"] if epoch == run.position["epoch"] else 0
+        train_loader.sampler.set_epoch(epoch, start=start * train_loader.batch_size)
+        train_loader.dataset.set_epoch(epoch)
+        run.position = {"epoch": epoch, "step": run.position["step"], "batch_in_epoch": start}
+        metrics = train_epoch(run, train_loader, epoch)
+        if run.position["batch_in_epoch"] < steps_per_epoch * config.grad_accum:
+            run.checkpoint()  # stopped mid-epoch by --max-steps
+            break
+        metrics |= evaluate(forward, val_loader, info.device, image_size=config.image_size)
+        run.position = {"epoch": epoch + 1, "step": run.position["step"], "batch_in_epoch": 0}
+        run.log.write("epoch", epoch=epoch + 1, step=run.position["step"], **metrics)
+        run.checkpoint()
+    weights = full_state_dict(model)
+    if config.save_final and is_main_process():
+        atomic_save(weights, config.save_final)
+    run.log.write("done", step=run.position["step"], steps_this_attempt=run.position["step"] -
+                  first_step, world_size=info.world_size, strategy=config.strategy,
+                  bytes_per_rank=gather_objects(run.memory),
+                  **run.timing.summary(run.position["step"], config.batch_size))
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m common.fsdp.train`` and ``torchrun ... -m common.fsdp.train``.
+
+    Introduced in chapters/06_1_fsdp_sharding.ipynb.
+    """
+    config = parse_config(argv)
+    info = setup_distributed()
+    try:
+        train(config, info)
+    except (CheckpointError, FileNotFoundError, ValueError) as error:
+        print(f"rank {info.rank}: error: {error}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        cleanup_distributed()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

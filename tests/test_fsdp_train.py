@@ -1,0 +1,117 @@
+"""Tests for common/fsdp/train.py: FSDP equals one process, memory, resharding, restarts.
+
+Multi-process tests launch ``torchrun`` as a subprocess with the gloo backend on the CPU.
+The tiny run: 48 images, global batch 12, 4 steps per epoch, 2 epochs, AdamW.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from common.ddp.launch import run_command, torchrun_command
+from common.fsdp.checkpoint import checkpoint_dirs
+from common.fsdp.config import TINY, parse_config
+from common.fsdp.train import main
+from common.synthetic import SyntheticConfig, ensure_data
+
+RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own distributed tests
+
+
+@pytest.fixture(scope="module")
+def data48(tmp_path_factory):
+    config = SyntheticConfig(seed=7, num_train=48, num_val=24, min_size=40, max_size=64)
+    return ensure_data(tmp_path_factory.mktemp("fsdp") / "shapes", config, verbose=False)
+
+
+def _args(data, out, *extra) -> list[str]:
+    return ["--tiny", "--data", str(data.root), "--save-final", str(out / "final.pt"),
+            "--log-file", str(out / "log.jsonl"), "--checkpoint", str(out / "ckpt"), *extra]
+
+
+def _records(out, event: str) -> list[dict]:
+    lines = (out / "log.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["event"] == event]
+
+
+def _assert_close(out, reference, **tolerance) -> None:
+    actual = torch.load(out / "final.pt", weights_only=True)
+    expected = torch.load(reference / "final.pt", weights_only=True)
+    assert actual.keys() == expected.keys()
+    for key in expected:
+        torch.testing.assert_close(actual[key], expected[key], **tolerance, msg=key)
+
+
+def _torchrun(data, out, *extra, nproc: int = 2, **launch) -> None:
+    run_command(torchrun_command("common.fsdp.train", _args(data, out, *extra),
+                                 nproc_per_node=nproc, **launch), timeout=120)
+
+
+@pytest.fixture(scope="module")
+def one_process(data48, tmp_path_factory):
+    """The reference: one plain process, global batch 12, 8 optimizer steps."""
+    out = tmp_path_factory.mktemp("one")
+    assert main(_args(data48, out)) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_ranks(data48, tmp_path_factory):
+    """FSDP on 2 ranks, a checkpoint every 3 steps and at epoch ends, all kept."""
+    out = tmp_path_factory.mktemp("two")
+    _torchrun(data48, out, "--checkpoint-every", "3", "--keep", "9")
+    return out
+
+
+def test_tiny_preset_and_flags_given_win():
+    config = parse_config(["--tiny", "--batch-size", "6"])
+    assert config.batch_size == 6 and config.subset == TINY["subset"]
+    with pytest.raises(SystemExit):
+        parse_config(["--kill-in-save"])  # needs --simulate-kill-at-step
+
+
+@pytest.mark.slow
+def test_fsdp_on_two_ranks_equals_one_process(two_ranks, one_process):
+    assert _records(two_ranks, "done")[-1]["step"] == 8
+    _assert_close(two_ranks, one_process, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.slow
+def test_fsdp_holds_at_most_0_6_of_ddp_bytes_per_rank(data48, two_ranks, tmp_path):
+    _torchrun(data48, tmp_path, "--strategy", "ddp", "--max-steps", "1", "--checkpoint", "")
+    ddp = _records(tmp_path, "done")[-1]["bytes_per_rank"]
+    fsdp = _records(two_ranks, "done")[-1]["bytes_per_rank"]
+    assert len(ddp) == len(fsdp) == 2
+    for ddp_rank, fsdp_rank in zip(ddp, fsdp, strict=True):
+        assert fsdp_rank["gradients"] > 0 and fsdp_rank["optimizer"] > 0
+        assert fsdp_rank["total"] <= 0.6 * ddp_rank["total"], (fsdp_rank, ddp_rank)
+
+
+@pytest.mark.slow
+def test_checkpoint_of_two_ranks_continues_on_one_and_on_three(data48, two_ranks, one_process,
+                                                               tmp_path):
+    for name in ("on1", "on3"):
+        (tmp_path / name / "ckpt").mkdir(parents=True)
+        shutil.copytree(two_ranks / "ckpt" / "step-000006", tmp_path / name / "ckpt" / "step-000006")
+    assert main(_args(data48, tmp_path / "on1")) == 0
+    _torchrun(data48, tmp_path / "on3", nproc=3)
+    for name, world_size in (("on1", 1), ("on3", 3)):
+        resumed = _records(tmp_path / name, "resume")
+        assert [(r["step"], r["world_size"]) for r in resumed] == [(6, world_size)]
+        _assert_close(tmp_path / name, one_process, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.slow
+def test_sigkill_in_a_save_restarts_from_the_previous_checkpoint(data48, one_process, tmp_path):
+    # The last rank SIGKILLs itself inside step 6's save: written, never published.
+    _torchrun(data48, tmp_path, "--checkpoint-every", "3", "--simulate-kill-at-step", "6",
+              "--kill-in-save", max_restarts=1)
+    assert [r["where"] for r in _records(tmp_path, "simulated_kill")] == ["in_save"]
+    resumed = _records(tmp_path, "resume")
+    assert [(r["attempt"], r["step"]) for r in resumed] == [(1, 4)]
+    assert [p.name for p in checkpoint_dirs(tmp_path / "ckpt")] == ["step-000006", "step-000008"]
+    assert not list((tmp_path / "ckpt").glob(".*.tmp"))
+    _assert_close(tmp_path, one_process, rtol=RTOL, atol=ATOL)
