@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Chapter 2.2 — Transforms, augmentation and normalization
-# **Guide sections:** §2.2.2 数据增强与归一化
+# **Guide sections:** §2.2 PyTorch中的数据加载与预处理 · §2.2.2 数据增强与归一化
 # [Glossary / 术语表](../GLOSSARY.md)
 # ## What you will learn
 # - What the guide's `transforms.Compose([Resize, ToTensor, Normalize])` really does to the pixels, and two errors in its comments.
@@ -45,6 +45,7 @@ data = ensure_data()
 print("device:", describe_device(device))
 
 # %% [markdown]
+# ## §2.2 PyTorch中的数据加载与预处理
 # ## §2.2.2 数据增强与归一化 — the guide's code as written
 # ```python
 # from torchvision import transforms

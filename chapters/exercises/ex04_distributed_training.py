@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Chapter 4 exercises — Distributed training with DDP
-# **Guide sections:** beyond the guide (continues §2.1.2 数据管道在深度学习中的作用)
+# **Guide sections:** beyond the guide (it breaks off in §2.3.1); builds on §2.2.1 Dataset与DataLoader类, toward the title's 分布式训练
 # [Glossary / 术语表](../../GLOSSARY.md)
 # ## What you will learn
 # - How `DistributedSampler` splits a dataset across ranks, and why `set_epoch` matters.
@@ -12,7 +12,7 @@
 # here runs in this one process: the functions are the pieces a `torchrun` script is made of.
 
 # %% [markdown]
-# ## How these exercises work (beyond the guide)
+# ## How these exercises work
 # Write your code in the cells that say `# YOUR CODE HERE` (replace the `raise NotImplementedError()`
 # or the `...`), run that cell, then run the check cell below it. A check cell prints
 # "not yet done" until you have answered, and fails with a message when something is wrong.
@@ -38,10 +38,10 @@ from course.assignments import checks
 seed_everything(0)
 device = get_device()
 workdir = Path(tempfile.mkdtemp(prefix="ex04-"))
-print(f"device {device}; working folder {workdir}")
+print(f"device {device}; temporary working folder {workdir.name}")
 
 # %% [markdown]
-# ## Exercise 1 — Splitting indices across ranks (beyond the guide) · 1 point
+# ## Exercise 1 — Splitting indices across ranks · 1 point
 # Write `shard_indices(n, *, rank, world_size)` without using `DistributedSampler`: the indices rank
 # `rank` reads from a dataset of `n` samples when nothing is shuffled. Every rank must get the same
 # number of indices, so the list `0 .. n-1` is first padded by repeating it from its beginning
@@ -71,7 +71,7 @@ for n, world_size in ((1, 3), (7, 2), (12, 3), (5, 5)):
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 2 — A new order every epoch (beyond the guide) · 2 points
+# ## Exercise 2 — A new order every epoch · 2 points
 # Write `epoch_order(n, *, rank, world_size, seed, epoch)`: the indices rank `rank` visits in epoch
 # `epoch` with a shuffling `DistributedSampler(..., shuffle=True, seed=seed)`. Use the sampler, and do
 # what a training loop must do at the start of every epoch so that the order changes between epochs.
@@ -101,7 +101,7 @@ assert epoch_order(12, rank=0, world_size=3, seed=1, epoch=2) != \
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 3 — What the all-reduce does (beyond the guide) · 2 points
+# ## Exercise 3 — What the all-reduce does · 2 points
 # In DDP every rank computes gradients on its own part of the batch, and an all-reduce replaces each
 # gradient by the mean over ranks. Simulate that in one process: write `average_gradients(replicas)`
 # for a list of identical models after `backward()`, setting every parameter's `.grad` in every
@@ -148,7 +148,7 @@ for p, *qs in zip(model.parameters(), *(r.parameters() for r in replicas), stric
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 4 — Snapshots that resume exactly (beyond the guide) · 3 points
+# ## Exercise 4 — Snapshots that resume exactly · 3 points
 # Write `save_snapshot(path, *, model, optimizer, epoch, step)` and
 # `load_snapshot(path, *, model, optimizer)`. Saving must be atomic: write to a temporary file in
 # the same folder, then `os.replace` it onto `path`, so that a crash (or an error) while saving never
@@ -238,7 +238,7 @@ assert sorted(p.name for p in workdir.iterdir() if "missing" not in p.name) == [
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 5 — Gradient accumulation that equals the big batch (beyond the guide) · 2 points
+# ## Exercise 5 — Gradient accumulation that equals the big batch · 2 points
 # Write `accumulated_step(model, optimizer, images, labels, *, micro_batch)`: zero the gradients,
 # run the batch in micro-batches of `micro_batch` samples (the last one may be smaller), call
 # `backward()` once per micro-batch, then take a single `optimizer.step()`. The result must equal one

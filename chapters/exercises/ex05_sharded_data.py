@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Chapter 5 exercises — Sharded, streaming datasets
-# **Guide sections:** beyond the guide (continues §2.1.2 数据管道在深度学习中的作用)
+# **Guide sections:** beyond the guide (it breaks off in §2.3.1); builds on §2.1.2 数据管道在深度学习中的作用
 # [Glossary / 术语表](../../GLOSSARY.md)
 # ## What you will learn
 # - Splitting shards across ranks and DataLoader workers so that every shard is read exactly once.
@@ -11,7 +11,7 @@
 # Five exercises, 10 points, from warm-up to challenging. They accompany the sharded-datasets chapter (05).
 
 # %% [markdown]
-# ## How these exercises work (beyond the guide)
+# ## How these exercises work
 # Write your code in the cells that say `# YOUR CODE HERE` (replace the `raise NotImplementedError()`
 # or the `...`), run that cell, then run the check cell below it. A check cell prints
 # "not yet done" until you have answered, and fails with a message when something is wrong.
@@ -36,10 +36,10 @@ seed_everything(0)
 device = get_device()
 workdir = Path(tempfile.mkdtemp(prefix="ex05-"))
 samples = [(f"img_{i:05d}", bytes([i % 256]) * (10 + i), i % 6) for i in range(23)]
-print(f"device {device}; {len(samples)} tiny samples (key, bytes, label); working folder {workdir}")
+print(f"device {device}; {len(samples)} tiny samples (key, bytes, label); temporary working folder {workdir.name}")
 
 # %% [markdown]
-# ## Exercise 1 — Every shard exactly once (beyond the guide) · 1 point
+# ## Exercise 1 — Every shard exactly once · 1 point
 # With `world_size` ranks and `num_workers` DataLoader workers per rank there are
 # `world_size * max(num_workers, 1)` consumers (`num_workers=0` means the main process reads, as one
 # worker with id 0). Write `shards_for(shards, *, rank, world_size, worker_id, num_workers)`: consumer
@@ -77,7 +77,7 @@ for world_size in (1, 2, 3):
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 2 — Writing shards (beyond the guide) · 2 points
+# ## Exercise 2 — Writing shards · 2 points
 # Write `write_shards(samples, out_dir, *, samples_per_shard)` for `(key, jpeg_bytes, label)` samples
 # (create `out_dir` if it does not exist): shard `k` is `out_dir/shard-{k:05d}.tar`, holding, in
 # order, `<key>.jpg` (the bytes) and `<key>.cls` (the label as ASCII digits) for its samples. The same input must give byte-identical files, so set
@@ -121,7 +121,7 @@ with tarfile.open(paths[2]) as tar:
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 3 — Reading a shard safely (beyond the guide) · 2 points
+# ## Exercise 3 — Reading a shard safely · 2 points
 # Shards come from elsewhere: a member could be named `../../etc/passwd`, be absolute, or be a link.
 # Write `read_shard(path)` that yields `(key, jpeg_bytes, label)`, with `label` an `int`, for each
 # `<key>.jpg` / `<key>.cls` pair (in order), and raises `ValueError` naming the shard and the member for any member that is not
@@ -180,7 +180,7 @@ assert refuses(shard_with([("dir/a.jpg", b"x")], workdir / "nested.tar")), "name
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 4 — A bounded shuffle buffer (beyond the guide) · 3 points
+# ## Exercise 4 — A bounded shuffle buffer · 3 points
 # A stream cannot be shuffled as a whole. Write the generator `shuffle_buffer(items, *, buffer_size,
 # generator)`: fill a buffer with the first `buffer_size` items; then, for every further item, pick a
 # random position `j` in the buffer (`torch.randint(len(buffer), (1,), generator=generator)`), yield
@@ -235,7 +235,7 @@ assert list(shuffle_buffer(range(3), buffer_size=10, generator=torch.Generator()
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 5 — Equal shares, so that no rank waits forever (beyond the guide) · 2 points
+# ## Exercise 5 — Equal shares, so that no rank waits forever · 2 points
 # Shards are rarely equal. If rank 0 has 9 samples and rank 1 has 3, rank 1 finishes early and rank 0
 # waits forever in its next all-reduce. Write `equal_share(counts, *, world_size)` for per-shard sample
 # counts, with shards assigned to ranks as `counts[rank::world_size]`: return
