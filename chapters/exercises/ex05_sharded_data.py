@@ -8,7 +8,7 @@
 # - Reading shards safely: no path traversal, no links.
 # - A bounded shuffle buffer, and equal sample counts per rank so that DDP never waits forever.
 #
-# Five exercises, 10 points, from warm-up to challenging. They accompany the sharded-datasets chapter (05).
+# Six exercises, 10 points, from warm-up to challenging (the last one starts worker processes). They accompany the sharded-datasets chapter (05).
 
 # %% [markdown]
 # ## How these exercises work
@@ -28,8 +28,18 @@ import tempfile
 from pathlib import Path
 
 import torch
+from torch.utils.data import DataLoader
 
-from common import get_device, seed_everything
+from common import (
+    CustomImageDataset,
+    ShardedImageDataset,
+    V2EvalPreset,
+    ensure_data,
+    get_device,
+    seed_everything,
+)
+from common.shards import ensure_shards, read_manifest
+from common.synthetic import SyntheticConfig
 from course.assignments import checks
 
 seed_everything(0)
@@ -180,7 +190,7 @@ assert refuses(shard_with([("dir/a.jpg", b"x")], workdir / "nested.tar")), "name
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 4 — A bounded shuffle buffer · 3 points
+# ## Exercise 4 — A bounded shuffle buffer · 2 points
 # A stream cannot be shuffled as a whole. Write the generator `shuffle_buffer(items, *, buffer_size,
 # generator)`: fill a buffer with the first `buffer_size` items; then, for every further item, pick a
 # random position `j` in the buffer (`torch.randint(len(buffer), (1,), generator=generator)`), yield
@@ -204,7 +214,7 @@ def shuffle_buffer(items, *, buffer_size: int, generator: torch.Generator):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex4-tests", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "ex4-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 with checks("Exercise 4"):
     out = list(shuffle_buffer(range(50), buffer_size=8, generator=torch.Generator().manual_seed(0)))
     assert sorted(out) == list(range(50)), "every item exactly once"
@@ -269,12 +279,57 @@ else:
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# ## Exercise 6 — Every sample once, read by spawned workers · 1 point
+# With the `spawn` start method (the default on macOS and Windows) each DataLoader worker is a fresh
+# Python process that receives the dataset *pickled* and imports everything it needs by module and name:
+# a lambda, or a class or function defined in this notebook, cannot reach it. The next cell writes 24 tiny
+# images into 4 shards of 6. Write `spawn_loader(manifest, *, num_workers)`: a `DataLoader` with batches
+# of 4 over a `ShardedImageDataset` of those shards, without shuffling or padding (`shuffle=False`,
+# `equalize="none"`), that yields 32×32 normalized images (use a preset from `common`, e.g.
+# `V2EvalPreset(resize_size=32, crop_size=32)`), with `num_workers` workers started by `spawn`
+# (`multiprocessing_context="spawn"`). The check reads one epoch with 2 workers: every sample exactly once.
+
+# %%
+tiny = ensure_data(workdir / "shapes", SyntheticConfig(seed=5, num_train=24, num_val=6, min_size=40, max_size=60),
+                   verbose=False)
+source = CustomImageDataset(tiny.labels_csv("train"), tiny.images_dir("train"))
+tiny_manifest = ensure_shards([(source.path(i), int(source.labels[i])) for i in range(len(source))],
+                              workdir / "shards", shard_size=6, classes=tiny.classes)
+print(f"{len(source)} images in {len(read_manifest(tiny_manifest))} shards")
+
+# %% nbgrader={"grade": false, "grade_id": "ex6-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def spawn_loader(manifest, *, num_workers: int) -> DataLoader:
+    ### BEGIN SOLUTION
+    dataset = ShardedImageDataset(manifest, V2EvalPreset(resize_size=32, crop_size=32), shuffle=False,
+                                  equalize="none")
+    return DataLoader(dataset, batch_size=4, num_workers=num_workers, multiprocessing_context="spawn")
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex6-tests", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+with checks("Exercise 6"):
+    loader = spawn_loader(tiny_manifest, num_workers=2)
+    assert loader.num_workers == 2, "start num_workers worker processes"
+    context = loader.multiprocessing_context
+    assert context is not None and context.get_start_method() == "spawn", 'multiprocessing_context="spawn"'
+    batches = list(loader)
+    images = torch.cat([images for images, _ in batches])
+    labels = sorted(int(label) for _, batch_labels in batches for label in batch_labels)
+    assert images.shape == (24, 3, 32, 32), f"24 images of 3x32x32 once each, got {tuple(images.shape)}"
+    assert labels == sorted(int(label) for label in source.labels), "every sample exactly once"
+### BEGIN HIDDEN TESTS
+assert images.dtype == torch.float32 and images.min() < 0, "normalized float images (mean subtracted)"
+assert isinstance(loader.dataset, ShardedImageDataset), "read the shards with ShardedImageDataset"
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Summary
 # - Consumers are (rank, worker) pairs; striding shards over them reads each shard exactly once.
 # - Deterministic tar shards: fixed member order and metadata give byte-identical files.
 # - Read untrusted shards member by member, refusing links and path tricks, extracting nothing.
 # - A shuffle buffer trades memory for randomness; its order depends only on the seed.
 # - Equal per-rank sample counts (drop the excess) keep DDP's collectives in step.
+# - Under `spawn`, workers get the dataset pickled and import the rest: everything they need lives in a module.
 #
 # ## Exercises
 # Further practice, not graded: combine `shards_for`, `read_shard` and `shuffle_buffer` in an
