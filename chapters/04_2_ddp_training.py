@@ -31,7 +31,7 @@ from common.ddp.config import TINY
 from common.ddp.launch import RESTART_SAFE_ENV, run_command, torchrun_command
 from common.ddp.samplers import ShardSampler
 from common.ddp.snapshot import read_snapshot
-from common.ddp.train import distributed_train_epoch, main
+from common.ddp.train import build_loaders, distributed_train_epoch, main
 from common.source import show_source
 
 generator = seed_everything(0)
@@ -49,7 +49,7 @@ print("device:", describe_device(device), "| runs in", RUNS.as_posix())
 # `torchrun --standalone --nproc_per_node=N -m common.ddp.train` is N. Its steps are named as in
 # torchvision's reference scripts — `build_loaders`, `build_model`, `train_one_epoch`, `evaluate`,
 # `main` — and its settings are one dataclass, `TrainConfig`, from which the command line is built.
-# `--batch-size` is the **global** batch: on 2 ranks each takes half. Its inner loop is 4.1's changes 3,
+# `--batch-size` is the **global** batch: on 2 ranks each takes half. Its inner loop is 4.1's changes 4,
 # 7 and 8 together — `no_sync` on all but the last micro-batch, `autocast` around the forward pass, and the
 # metrics summed in one tensor for a single `all_reduce_sum` at the end:
 
@@ -59,7 +59,13 @@ show_source(distributed_train_epoch)
 # %% [markdown]
 # And `build_loaders` is 4.1's change 2 with the extras: the global batch split over ranks and
 # micro-batches, a sampler that can resume in the middle of an epoch, and an unpadded validation sampler
-# (below). Two helpers read the run's log:
+# (below):
+
+# %%
+show_source(build_loaders)
+
+# %% [markdown]
+# Two helpers read the run's log:
 
 # %%
 def records(log: Path, event: str) -> list[dict]:
