@@ -133,7 +133,7 @@ assert sorted(exact) == list(range(13)) and len(padded) == 14
 # writes a snapshot at the end of every epoch.
 
 # %%
-main_run = train("main", "--epochs", "6", "--batch-size", "16", "--image-size", "32", "--no-augment",
+main_run = train("main", "--num-epochs", "6", "--batch-size", "16", "--image-size", "32", "--no-augment",
                  "--schedule", "onecycle", "--lr", "1e-2", "--snapshot", str(RUNS / "main" / "snapshot.pt"))
 epochs = pd.DataFrame(records(main_run / "log.jsonl", "epoch"))
 epochs[["epoch", "step", "seconds", "train_loss", "train_acc", "train_count", "val_loss", "val_acc",
@@ -278,7 +278,7 @@ assert close_to_reference(torch.load(accum / "final.pt", weights_only=True))
 
 # %%
 if device.type == "cuda":
-    amp_run = train("amp", "--epochs", "1", "--batch-size", "64", "--amp",
+    amp_run = train("amp", "--num-epochs", "1", "--batch-size", "64", "--amp",
                     nproc=torch.cuda.device_count())
     print(records(amp_run / "log.jsonl", "epoch")[-1])
 else:

@@ -156,13 +156,13 @@ def run_ddp(script: Path, out: Path) -> str:
 print(run_ddp(WORK / "broken_ddp.py", WORK / "broken"))
 
 # %% [markdown]
-# Write the corrected script into `ex04_work/fixed_ddp.py`: copy the script above into the answer cell,
-# below the `%%writefile` line, and fix it. Call `sampler.set_epoch(epoch)` at the start of every epoch,
+# Write the corrected script into `ex04_work/fixed_ddp.py`: the answer cell writes the text of
+# `fixed_script` there. Copy the script above between its `'''` quotes and fix it. Call `sampler.set_epoch(epoch)` at the start of every epoch,
 # sum `correct` and `seen` over the ranks with `dist.all_reduce` before rank 0 prints them, and let only
 # rank 0 save (and print `rank 0: saved model.pt`). Keep the printed lines as they are.
 
 # %% nbgrader={"grade": false, "grade_id": "ex2-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
-# %%writefile ex04_work/fixed_ddp.py
+fixed_script = '''
 ### BEGIN SOLUTION
 """A DDP training script, fixed: a new shuffle every epoch, reduced counts, rank 0 saves.
 
@@ -220,6 +220,9 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 ### END SOLUTION
+'''
+(WORK / "fixed_ddp.py").write_text(fixed_script)
+print(f"wrote {WORK / 'fixed_ddp.py'}: {len(fixed_script.splitlines())} lines")
 
 # %% nbgrader={"grade": true, "grade_id": "ex2-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 with checks("Exercise 2"):
