@@ -58,6 +58,7 @@ print("torch", torch.__version__, "| device:", describe_device(device))
 print(report(diagnose()))
 
 # %% [markdown]
+# ## §1 PyTorch简介与深度学习基础
 # ## §1.1 深度学习的基本概念 (basic concepts of deep learning)
 # The guide describes deep learning as *multi-layer neural networks that learn features from data by
 # themselves, instead of hand-designed features*. Our task throughout the repository: tell six shapes apart
@@ -85,7 +86,7 @@ show_images(samples, [f"{CLASSES[y]} {im.size}" for im, y in zip(samples, labels
 # `(channels, height, width)` tensor; a batch adds a leading dimension.
 
 # %%
-image = torch.from_numpy(np.asarray(samples[0])).permute(2, 0, 1)
+image = torch.from_numpy(np.array(samples[0])).permute(2, 0, 1)
 print(image.dtype, tuple(image.shape), image.device)
 batch = torch.stack([image[:, :32, :32]] * 4).float() / 255
 assert batch.shape == (4, 3, 32, 32)

@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Chapter 2.1 — Dataset and DataLoader
-# **Guide sections:** §2.1.1 数据管道定义 · §2.1.2 数据管道在深度学习中的作用 · §2.2.1 Dataset与DataLoader类
+# **Guide sections:** §2 构建高效的数据管道 · §2.1 数据管道的概念与重要性 · §2.1.1 数据管道定义 · §2.1.2 数据管道在深度学习中的作用 · §2.2 PyTorch中的数据加载与预处理 · §2.2.1 Dataset与DataLoader类
 # [Glossary / 术语表](../GLOSSARY.md)
 # ## What you will learn
 # - What a data pipeline is, step by step: index → file → decoded image → tensor → batch → device.
@@ -50,6 +50,8 @@ data = ensure_data()
 print("device:", describe_device(device))
 
 # %% [markdown]
+# ## §2 构建高效的数据管道
+# ## §2.1 数据管道的概念与重要性
 # ## §2.1.1 数据管道定义 (what a data pipeline is)
 # The guide defines a data pipeline as the steps that turn raw data into what the model trains on: loading,
 # cleaning, preprocessing, augmentation, normalization, batching. Here are those steps done by hand for one
@@ -108,6 +110,7 @@ print(f"mean image {mean_pixels:,.0f} px; one epoch decodes ~{mean_pixels * len(
       f"to feed {len(frame) * 64 * 64 / 1e6:.1f} M px of 64x64 inputs")
 
 # %% [markdown]
+# ## §2.2 PyTorch中的数据加载与预处理
 # ## §2.2.1 Dataset与DataLoader类 — the guide's code as written
 # The guide's example, abridged here (`...`); the next cell holds it in full. The comment in its loop says
 # "steps of model training":
@@ -439,8 +442,11 @@ images, labels = next(iter(pinned))
 print(f"device {device.type}: batch pinned = {images.is_pinned()}")
 
 # %% [markdown]
-# Reproducibility: the `generator` fixes the shuffle order and the base seed of every worker;
-# `seed_worker` (from `common`, so workers can import it) also seeds NumPy and `random` inside each worker.
+# Reproducibility: the `generator` fixes the shuffle order and the base seed of every worker. Each worker
+# then seeds `random`, torch and NumPy's global generator itself, from that base seed plus its worker id
+# (PyTorch has done so since 1.9, in `torch/utils/data/_utils/worker.py`). `worker_init_fn=seed_worker`
+# (from `common`, so workers can import it) repeats the NumPy and `random` seeding, as PyTorch's
+# reproducibility notes show; it matters on older versions and is the place for any other per-worker set-up.
 # Two loaders built the same way yield the same first batches, random augmentation included.
 
 # %%

@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Chapter 2.2 — Transforms, augmentation and normalization
-# **Guide sections:** §2.2.2 数据增强与归一化
+# **Guide sections:** §2.2 PyTorch中的数据加载与预处理 · §2.2.2 数据增强与归一化
 # [Glossary / 术语表](../GLOSSARY.md)
 # ## What you will learn
 # - What the guide's `transforms.Compose([Resize, ToTensor, Normalize])` really does to the pixels, and two errors in its comments.
@@ -45,6 +45,7 @@ data = ensure_data()
 print("device:", describe_device(device))
 
 # %% [markdown]
+# ## §2.2 PyTorch中的数据加载与预处理
 # ## §2.2.2 数据增强与归一化 — the guide's code as written
 # ```python
 # from torchvision import transforms
@@ -180,12 +181,16 @@ print(train_preset)
 print(eval_preset)
 
 # %% [markdown]
-# The `transforms.v2` versions accept PIL images and uint8 tensors alike and do the geometry on uint8
-# (usually the faster path; Chapter 3 measures pipelines). On the same input the eval presets agree up to
-# resampling differences.
+# `transforms.v2` is torchvision's current API. Its presets replace `ToTensor()` by two explicit steps:
+# `ToImage()` (PIL or ndarray -> uint8 tensor image) and `ToDtype(torch.float32, scale=True)` (-> floats in
+# [0, 1]). They accept PIL images and uint8 tensors alike and do the geometry on uint8 (usually the faster
+# path; Chapter 3 measures pipelines). What each contains, and on the same input the eval presets agree up
+# to resampling differences:
 
 # %%
 v2_eval = V2EvalPreset(resize_size=72, crop_size=64)
+print(V2TrainPreset(crop_size=64))
+print(v2_eval)
 classic_out, v2_out = eval_preset(image), v2_eval(image)
 difference = (classic_out - v2_out).abs()
 print(f"shape {tuple(v2_out.shape)}; mean |classic - v2| = {difference.mean():.4f}, "

@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Chapter 2.3 — Custom datasets, transforms, collate functions, samplers and streams
-# **Guide sections:** §2.3.1 自定义数据集的创建 · beyond the guide (continues §2.3.1 自定义数据集的创建)
+# **Guide sections:** §2.3 自定义数据管道的操作 · §2.3.1 自定义数据集的创建, then beyond the guide (it breaks off in §2.3.1)
 # [Glossary / 术语表](../GLOSSARY.md)
 # ## What you will learn
 # - The guide's `CustomDataset` with its missing pieces done properly: `get_label` from the folder name, classes numbered as `ImageFolder` numbers them.
@@ -60,6 +60,7 @@ data = ensure_data()
 print("device:", describe_device(device))
 
 # %% [markdown]
+# ## §2.3 自定义数据管道的操作
 # ## §2.3.1 自定义数据集的创建 — the guide's code as written
 # ```python
 # class CustomDataset(torch.utils.data.Dataset):
@@ -167,7 +168,8 @@ for bad in (dict(file_list=files[:3], classes=["star"]), dict(file_list=[*files[
         print(type(error).__name__ + ":", str(error).replace(str(data.root), "<data>")[:110])
 
 # %% [markdown]
-# ## Custom transforms (beyond the guide — continues §2.3.1 自定义数据集的创建)
+# ## Custom transforms
+# *From here on this notebook goes beyond the guide, which breaks off in §2.3.1.*
 # A transform is any callable. Written as a small class with keyword-only arguments it has a readable
 # `repr`, checks its arguments, and can be pickled into worker processes. `common.AddGaussianNoise` is one.
 
@@ -190,7 +192,7 @@ except (pickle.PicklingError, AttributeError) as error:
 print("AddGaussianNoise pickles to", len(pickle.dumps(AddGaussianNoise(std=0.1))), "bytes")
 
 # %% [markdown]
-# ## `collate_fn` for variable-size images (beyond the guide — continues §2.3.1 自定义数据集的创建)
+# ## `collate_fn` for variable-size images
 # The default `collate_fn` stacks samples into one tensor, which needs equal shapes. Our images have
 # different sizes; without a resize the default fails.
 
@@ -213,7 +215,7 @@ fig = show_images(list(images), [f"{CLASSES[t]} {h}x{w}" for t, (h, w) in zip(la
                   ncols=4, size=2)
 
 # %% [markdown]
-# ## Samplers: fixing class imbalance (beyond the guide — continues §2.3.1 自定义数据集的创建)
+# ## Samplers: fixing class imbalance
 # Make the training set deliberately imbalanced: keep 160, 80, 40, 20, 10 and 5 images of the six
 # classes. A shuffling loader reproduces the imbalance in every epoch.
 
@@ -247,7 +249,7 @@ print(f"{len(subset)} samples, {len(loader)} batches per epoch, drawn by {type(l
 print(f"each of the {keep[-1]} {CLASSES[-1]} images was drawn ~{after[-1] / keep[-1]:.0f} times in that epoch")
 
 # %% [markdown]
-# ## Map-style vs `IterableDataset` (beyond the guide — continues §2.3.1 自定义数据集的创建)
+# ## Map-style vs `IterableDataset`
 # A map-style dataset (`__getitem__` + `__len__`) lets the sampler decide the order, so workers never
 # overlap. An `IterableDataset` is a stream (lines of a file, records of a shard, a network feed): each
 # worker runs its own `__iter__`, and unless it keeps only its share, every worker yields everything.
@@ -283,7 +285,7 @@ assert set(split.values()) == {1} and len(split) == len(naive) == 240
 # | good for | files on disk with an index | shards, databases, generated or remote data |
 
 # %% [markdown]
-# ## The whole pipeline, end to end (beyond the guide — continues §2.3.1 自定义数据集的创建)
+# ## The whole pipeline, end to end
 # Everything together on the shapes dataset. The expensive, deterministic part of the pipeline (decode and
 # resize to 32x32) runs once in `common.PreloadedDataset`, which stores the pixels in one uint8 NumPy
 # array; the cheap random part (flips) runs every epoch. Normalization uses the training split's own

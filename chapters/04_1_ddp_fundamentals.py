@@ -1,38 +1,63 @@
 # %% [markdown]
-# # Chapter 4.1 — Distributed training fundamentals
-# **Guide sections:** beyond the guide (the title's 分布式训练, continuing §2.3.1 自定义数据集的创建)
+# # Chapter 4.1 — Distributed training fundamentals, and DDP written by hand
+# **Guide sections:** beyond the guide (it breaks off in §2.3.1); builds on §2.2.1 Dataset与DataLoader类, toward the title's 分布式训练
 # [Glossary / 术语表](../GLOSSARY.md)
 # ## What you will learn
 # - What a distributed job is made of: processes, rank, local rank, world size, process groups, backends
 # - How `torchrun` starts the processes and tells each one who it is
-# - The four collectives — `all_reduce`, `broadcast`, `all_gather`, `barrier` — run for real on 2 CPU processes
-# - How DistributedDataParallel (DDP) uses `all_reduce` to average gradients, and why DDP replaced `DataParallel`
+# - The four collectives — `all_reduce`, `broadcast`, `all_gather`, `barrier` — run for real on 2 CPU processes, and what an all-reduce costs
+# - How to turn Chapter 1's training loop into a DDP script, one change at a time (about a dozen lines), and check it: disjoint data, equal weights, a falling loss
+# - Why that script waits for data half of every step, and how Chapter 3's pipeline removes the wait
 
 # %% [markdown]
-# ## Setup (beyond the guide — the title's 分布式训练)
-# Imports, the seed and the device. Multi-process work never runs inside this kernel: each demo is a
-# `torchrun` command started as a subprocess, and the cell shows what the processes printed. The code the
-# processes run lives in `common` (`common/ddp/collectives_demo.py`), because a second process cannot import
-# anything defined in a notebook.
+# ## Setup
+# Imports, the seed and the device. Multi-process work never runs inside this kernel: each run is a
+# `torchrun` command started as a subprocess, and the cell shows what the processes printed. Whatever the
+# processes import lives in `common` or in a script this notebook writes to a file, because a second
+# process cannot import anything defined in a notebook. Runs go to `runs/04_1/` (git-ignored).
 
 # %%
-import subprocess
+import json
+import os
+import shutil
 import sys
+from pathlib import Path
 
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 import torch
 import torch.distributed as dist
 
-from common import SmallCNN, count_parameters, describe_device, get_device, seed_everything
-from common.ddp.launch import launch_env, run_command, torchrun_command
+from common import (
+    IMAGENET_STD,
+    CustomImageDataset,
+    SmallCNN,
+    V2EvalPreset,
+    count_parameters,
+    describe_device,
+    ensure_data,
+    get_device,
+    seed_everything,
+)
+from common.ddp.collectives_demo import COST_SIZES
+from common.ddp.collectives_demo import main as collectives_demo
+from common.ddp.launch import run_command, torchrun_command
 from common.ddp.process_group import setup_distributed
+from common.fast import BatchNormalize, CacheConfig, ensure_cache
+from common.source import changed_lines, show_diff, show_source
 
 generator = seed_everything(0)
 device = get_device()
+data = ensure_data()
+RUNS = Path("../runs/04_1")
+shutil.rmtree(RUNS, ignore_errors=True)
+RUNS.mkdir(parents=True)
 print("device:", describe_device(device), "| torch", torch.__version__)
 print("backends built in:", {name: getattr(dist, f"is_{name}_available")() for name in ("gloo", "nccl")})
 
 # %% [markdown]
-# ## The vocabulary of a distributed job (beyond the guide — the title's 分布式训练)
+# ## The vocabulary of a distributed job
 # A distributed training job is a set of ordinary operating-system **processes**, usually one per GPU
 # (or, here, one per CPU core), all running the same script:
 #
@@ -45,7 +70,12 @@ print("backends built in:", {name: getattr(dist, f"is_{name}_available")() for n
 # | **process group** | a set of ranks that run collectives together; the default group is all of them | {0, 1} |
 # | **backend** | the library that moves the tensors: `nccl` between GPUs, `gloo` on CPUs | gloo |
 #
-# Rank 0 is special only by convention: it logs, writes checkpoints and hosts the rendezvous.
+# Rank 0 is special only by convention: it logs and writes checkpoints. The *rendezvous* — where the
+# processes find each other before the first collective — is not hosted by rank 0 under `torchrun`: the
+# launcher (the *agent*, one per machine; the one at `--rdzv-endpoint` with several machines) runs a
+# `TCPStore` key-value server, and by default the workers reuse that very store for `init_process_group`
+# (which is why a restarted worker group can read a
+# previous attempt's addresses from it, and why `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` exists; Chapter 4.2).
 #
 # `torchrun` is the launcher: it starts `--nproc_per_node` copies of the script and gives each one the
 # environment variables `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`.
@@ -60,7 +90,7 @@ print(info)
 assert (info.rank, info.world_size, info.initialized) == (0, 1, False)
 
 # %% [markdown]
-# ## Launching processes with torchrun (beyond the guide — the title's 分布式训练)
+# ## Launching processes with torchrun
 # `torchrun_command` builds the command line; it is `python -m torch.distributed.run`, which is exactly
 # what the `torchrun` script runs, with this kernel's interpreter. `--standalone` means one machine and
 # a private rendezvous on a free port. `OMP_NUM_THREADS=1` gives each of the 2 processes one of the 2
@@ -71,7 +101,7 @@ command = torchrun_command("common.ddp.collectives_demo", nproc_per_node=2)
 print(" ".join(["OMP_NUM_THREADS=1", "torchrun", *command[3:]]))
 
 # %% [markdown]
-# ## Collectives on two processes (beyond the guide — the title's 分布式训练)
+# ## Collectives on two processes
 # Each rank runs `common/ddp/collectives_demo.py`. The demo gathers every rank's line to rank 0, which prints
 # them in rank order:
 #
@@ -98,7 +128,7 @@ assert "False" not in out.split("== barrier")[1]
 print("all collectives behaved as described")
 
 # %% [markdown]
-# ## What an all-reduce costs (beyond the guide — the title's 分布式训练)
+# ## What an all-reduce costs
 # DDP all-reduces every gradient once per optimizer step. With the ring algorithm each rank sends and
 # receives about `2 × (world_size − 1) / world_size` times the gradient size, whatever the world size —
 # which is why DDP scales to many GPUs. For this chapter's `SmallCNN` the message is tiny:
@@ -110,18 +140,34 @@ for world_size in (2, 8, 64):
     print(f"world size {world_size:>2}: each rank sends ~{sent / 1e3:.0f} kB per step")
 
 # %% [markdown]
-# ## One process alone (beyond the guide — the title's 分布式训练)
-# The same script also runs under plain `python`: no process group, world size 1, every collective a
-# no-op. Training code written this way needs no second version for a laptop.
+# The demo above also timed one `all_reduce` per tensor size (median of 5, on 2 gloo processes). Small
+# tensors cost a fixed latency (the round trips); from about a megabyte on, the time grows with the bytes.
+# That is why DDP packs gradients into ~25 MB *buckets* and all-reduces a bucket as soon as its gradients are
+# ready, during the backward pass, instead of one call per parameter tensor.
 
 # %%
-single = subprocess.run([sys.executable, "-m", "common.ddp.collectives_demo"], capture_output=True,
-                        text=True, env=launch_env(), check=True)
-print(single.stdout.split("== all_reduce")[0])
-assert "world_size=1 backend=None" in single.stdout
+cost_line = out.split("== all_reduce milliseconds")[1].splitlines()[1]
+cost = pd.Series({int(k): float(v) for k, v in (pair.split(":") for pair in cost_line.split(": ", 1)[1].split())})
+assert list(cost.index) == list(COST_SIZES) and cost.iloc[-1] > cost.iloc[0]
+fig, ax = plt.subplots(figsize=(5, 3))
+ax.loglog(cost.index * 4, cost.values, marker="o")
+ax.axvline(n_params * 4, color="grey", linestyle="--", label=f"SmallCNN's gradients ({n_params * 4 / 1e3:.0f} kB)")
+ax.set(xlabel="tensor size (bytes)", ylabel="all_reduce (ms)", title="One all_reduce, 2 gloo processes")
+ax.legend()
+plt.show()
+print((cost.rename("ms").rename_axis("float32 values")).to_frame().T.round(3))
 
 # %% [markdown]
-# ## DataParallel vs DistributedDataParallel (beyond the guide — the title's 分布式训练)
+# ## One process alone
+# The same demo also runs without `torchrun`: no process group, world size 1, every collective a no-op.
+# Training code written this way needs no second version for a laptop. Here it runs right in this kernel:
+
+# %%
+collectives_demo([])
+assert not dist.is_initialized()
+
+# %% [markdown]
+# ## DataParallel vs DistributedDataParallel
 # PyTorch has two ways to train one model on several GPUs:
 #
 # | | `nn.DataParallel` (DP) | `nn.parallel.DistributedDataParallel` (DDP) |
@@ -142,23 +188,508 @@ dp = torch.nn.DataParallel(torch.nn.Linear(3, 1))
 print("DataParallel device_ids on this machine:", dp.device_ids)
 assert torch.equal(dp(torch.ones(2, 3)), dp.module(torch.ones(2, 3)))
 
+
+# %% [markdown]
+# ## From one process to DDP, one change at a time
+# The collectives above are what DDP is built from. Now the real thing: Chapter 1's training loop,
+# fed by Chapter 2's pipeline (`CustomImageDataset` with the `transforms.v2` eval preset at 32×32 pixels),
+# as a script of its own. It also logs, per step, when it asked the loader for a batch, when the batch
+# arrived, and when forward, backward and the optimizer step ended — the notebook reads that log later.
+# The next cell writes it to `runs/04_1/single.py`:
+
+# %%
+# %%writefile ../runs/04_1/single.py
+"""Chapter 1's training loop as a script, fed by Chapter 2's pipeline: one process.
+
+    python single.py --out ../runs/04_1/single
+"""
+
+import argparse
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from common import CustomImageDataset, SmallCNN, V2EvalPreset, ensure_data
+
+
+def build_loader(batch_size: int) -> DataLoader:
+    data = ensure_data(verbose=False)
+    dataset = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"),
+                                 V2EvalPreset(resize_size=32, crop_size=32))
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True)
+
+
+def fingerprint(model: nn.Module) -> str:
+    """sha256 of all weights: equal fingerprints, equal weights."""
+    return hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes()
+                                   for p in model.parameters())).hexdigest()
+
+
+def train(args: argparse.Namespace, device: torch.device) -> None:
+    torch.manual_seed(0)
+    loader = build_loader(args.batch_size)
+    model = SmallCNN(num_classes=6).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    log = {"steps": [], "epochs": []}
+    for epoch in range(args.num_epochs):
+        loss_sum, correct, seen = 0.0, 0, 0
+        asked = time.time()
+        for images, labels in loader:
+            got = time.time()
+            images, labels = images.to(device), labels.to(device)
+            optimizer.zero_grad()
+            logits = model(images)
+            loss = loss_fn(logits, labels)
+            forward = time.time()
+            loss.backward()
+            backward = time.time()
+            optimizer.step()
+            loss_sum += loss.item() * len(labels)
+            correct += (logits.argmax(1) == labels).sum().item()
+            seen += len(labels)
+            log["steps"].append({"epoch": epoch, "asked": asked, "got": got, "forward": forward,
+                                 "backward": backward, "done": time.time(), "loss": loss.item()})
+            asked = time.time()
+        log["epochs"].append({"loss": loss_sum / seen, "accuracy": correct / seen, "samples": seen})
+        print(f"epoch {epoch}: loss {loss_sum / seen:.3f}, accuracy {correct / seen:.3f}, "
+              f"{seen:.0f} samples")
+    torch.save(model.state_dict(), args.out / "model.pt")
+    log["weights"] = fingerprint(model)
+    (args.out / "log_rank0.json").write_text(json.dumps(log))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for the model and logs")
+    parser.add_argument("--num-epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32, help="per process")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)  # one core per process: the processes share this machine's cores
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    train(args, device)
+
+
+if __name__ == "__main__":
+    main()
+
+# %% [markdown]
+# Each change below edits the text of that script and shows the lines it changed (`common.source.show_diff`,
+# a unified diff: `-` removed, `+` added). `edit` refuses an edit whose old text is not found exactly once,
+# so the steps cannot silently drift from the script.
+
+# %%
+def edit(script: str, *changes: tuple[str, str]) -> str:
+    """``script`` with each ``(old, new)`` replaced; every ``old`` must occur exactly once."""
+    for old, new in changes:
+        assert script.count(old) == 1, f"expected exactly one occurrence of {old!r}"
+        script = script.replace(old, new)
+    return script
+
+
+single = (RUNS / "single.py").read_text()
+print(f"single.py: {len(single.splitlines())} lines")
+
+# %% [markdown]
+# **Change 1 — join the process group, and always leave it.** `torchrun` starts one copy of the script per
+# process and sets `LOCAL_RANK`, `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` in each one's
+# environment. The backend follows the device: `nccl` between GPUs, `gloo` on CPUs. With GPUs,
+# `set_device(local_rank)` comes *before* `init_process_group`, so that each rank uses its own GPU.
+# `destroy_process_group()` sits in `finally`, so the group is left on every way out, errors included.
+
+# %%
+step1 = edit(single,
+    ("Chapter 1's training loop as a script, fed by Chapter 2's pipeline: one process.\n\n"
+     "    python single.py --out ../runs/04_1/single",
+     "Chapter 1's training loop with DistributedDataParallel: one process per core or GPU.\n\n"
+     "    torchrun --standalone --nproc_per_node=2 ddp.py --out ../runs/04_1/ddp"),
+    ("import json\n", "import json\nimport os\n"),
+    ("import torch\nfrom torch import nn\n", "import torch\nimport torch.distributed as dist\nfrom torch import nn\n"),
+    ('    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n    train(args, device)\n',
+     '    local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun, with RANK and WORLD_SIZE\n'
+     '    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")\n'
+     '    if device.type == "cuda":\n'
+     '        torch.cuda.set_device(device)  # before init_process_group: this rank owns this GPU\n'
+     '    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")\n'
+     '    try:\n        train(args, device)\n'
+     '    finally:\n        dist.destroy_process_group()  # on every way out, errors included\n'))
+show_diff(single, step1, before_name="single.py", after_name="step 1")
+
+# %% [markdown]
+# **Change 2 — give each rank its own part of the data.** `DistributedSampler` shuffles the indices with a
+# seed every rank shares, pads them to a multiple of the world size, and deals them out: rank `r` takes
+# positions `r, r + world_size, ...`. It replaces `shuffle=True`, which would give every rank its own
+# shuffle of the *whole* dataset (the same one, even, if the ranks' seeds are equal). The shuffle is seeded
+# with `seed + epoch`, so `set_epoch(epoch)` must run every epoch, or every epoch repeats epoch 0's order.
+# The script also logs the indices this rank reads, for the checks below.
+
+# %%
+step2 = edit(step1,
+    ("from torch.utils.data import DataLoader\n", "from torch.utils.data import DataLoader, DistributedSampler\n"),
+    ("    return DataLoader(dataset, batch_size=batch_size, shuffle=True)\n",
+     "    sampler = DistributedSampler(dataset, shuffle=True, seed=0)  # this rank's share, shuffled\n"
+     "    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)\n"),
+    ('    log = {"steps": [], "epochs": []}\n', '    log = {"steps": [], "epochs": [], "indices": []}\n'),
+    ("        loss_sum, correct, seen = 0.0, 0, 0\n",
+     "        loader.sampler.set_epoch(epoch)  # a new shuffle every epoch, the same on every rank\n"
+     '        log["indices"].append(list(loader.sampler))  # what this rank reads (checked below)\n'
+     "        loss_sum, correct, seen = 0.0, 0, 0\n"))
+show_diff(step1, step2, before_name="step 1", after_name="step 2")
+
+# %% [markdown]
+# **Change 3 — wrap the model.** `DistributedDataParallel` broadcasts rank 0's initial weights to every
+# rank, and during `backward()` it all-reduces the gradients (in buckets, overlapped with the rest of the
+# backward pass) and divides them by the world size. After `backward()` every rank holds the same averaged
+# gradient, so the same `optimizer.step()` keeps the replicas equal. Nothing else in the loop changes.
+
+# %%
+step3 = edit(step2,
+    ("from torch import nn\n", "from torch import nn\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"),
+    ("    model = SmallCNN(num_classes=6).to(device)\n",
+     "    model = SmallCNN(num_classes=6).to(device)\n"
+     '    model = DDP(model, device_ids=[device] if device.type == "cuda" else None)  # averages gradients\n'))
+show_diff(step2, step3, before_name="step 2", after_name="step 3")
+
+# %% [markdown]
+# **Change 4 — reduce the metrics.** Each rank has counted only its own samples. One `all_reduce` of the
+# sums (loss × samples, correct, samples) gives every rank the epoch's totals; divide afterwards. (Averaging
+# the ranks' *means* would be wrong whenever they saw different numbers of samples.)
+
+# %%
+step4 = edit(step3,
+    ('        log["epochs"].append(',
+     "        totals = torch.tensor([loss_sum, correct, seen], dtype=torch.float64, device=device)\n"
+     "        dist.all_reduce(totals)  # sums over all ranks; every rank receives them\n"
+     "        loss_sum, correct, seen = totals.tolist()\n"
+     '        log["epochs"].append('))
+show_diff(step3, step4, before_name="step 3", after_name="step 4")
+
+# %% [markdown]
+# **Change 5 — rank 0 prints and saves.** Every rank now holds the same numbers and the same weights, so
+# one of them is enough: otherwise each line is printed twice and every rank writes the same file at once.
+# The saved weights are those of the plain model inside the wrapper (`model.module`), loadable without
+# DDP. Each rank still writes its own small log file, which is what the notebook checks.
+
+# %%
+ddp = edit(step4,
+    ('        print(f"epoch {epoch}: loss {loss_sum / seen:.3f}, accuracy {correct / seen:.3f}, "\n'
+     '              f"{seen:.0f} samples")\n',
+     '        if dist.get_rank() == 0:  # one line per epoch, not one per rank\n'
+     '            print(f"epoch {epoch}: loss {loss_sum / seen:.3f}, accuracy {correct / seen:.3f}, "\n'
+     '                  f"{seen:.0f} samples")\n'),
+    ('    torch.save(model.state_dict(), args.out / "model.pt")\n',
+     '    if dist.get_rank() == 0:  # one copy, written once\n'
+     '        torch.save(model.module.state_dict(), args.out / "model.pt")\n'),
+    ('(args.out / "log_rank0.json")', '(args.out / f"log_rank{dist.get_rank()}.json")'))
+show_diff(step4, ddp, before_name="step 4", after_name="ddp.py")
+
+# %% [markdown]
+# The whole change from `single.py` to `ddp.py` in one diff — this is all there is to DDP:
+
+# %%
+(RUNS / "ddp.py").write_text(ddp)
+removed, added = changed_lines(single, ddp)
+print(f"single.py -> ddp.py: {removed} lines changed or removed, {added} added")
+assert added <= 32, "DDP is a small change"
+show_diff(single, ddp, before_name="single.py", after_name="ddp.py", context=0)
+
+# %% [markdown]
+# ## Running the script on two processes
+# `torchrun --standalone --nproc_per_node=2 ddp.py ...`, started as a subprocess (`OMP_NUM_THREADS=1`, and
+# the script sets one torch thread per process, so that the 2 processes share the 2 cores instead of
+# fighting over them). 2 epochs of the 960 training images, 32 per rank per step, 64 per step in all:
+
+# %%
+def torchrun_script(script: Path, nproc: int, *args: str) -> str:
+    """Run ``script`` under ``torchrun --standalone`` with ``nproc`` processes; return what they printed."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={nproc}", str(script), *args]
+    print("$ torchrun", *command[3:])
+    return run_command(command, timeout=300).stdout
+
+
+def read_logs(out: Path) -> list[dict]:
+    """Every rank's log, in rank order."""
+    return [json.loads(p.read_text()) for p in sorted(out.glob("log_rank*.json"))]
+
+
+printed = torchrun_script(RUNS / "ddp.py", 2, "--out", str(RUNS / "ddp"), "--num-epochs", "2")
+print(printed)
+
+# %% [markdown]
+# What the script claims, checked on what the two ranks wrote: one line per epoch (rank 0 only), one saved
+# model, 960 samples per epoch after the reduction; each epoch the two ranks read disjoint halves of the
+# data, a new order every epoch; the weights on both ranks are identical at the end (the same sha256);
+# and the loss fell.
+
+# %%
+logs = read_logs(RUNS / "ddp")
+assert printed.count("epoch ") == 2 and sorted(p.name for p in (RUNS / "ddp").glob("*.pt")) == ["model.pt"]
+assert all(epoch["samples"] == 960 for epoch in logs[0]["epochs"])
+for epoch in range(2):
+    rank0, rank1 = (set(log["indices"][epoch]) for log in logs)
+    assert not rank0 & rank1 and len(rank0 | rank1) == 960, "disjoint halves that cover the data"
+assert logs[0]["indices"][0] != logs[0]["indices"][1], "set_epoch: a new order every epoch"
+assert logs[0]["weights"] == logs[1]["weights"], "DDP keeps the replicas identical"
+losses = [step["loss"] for step in logs[0]["steps"]]
+assert np.mean(losses[-5:]) < np.mean(losses[:5]), "the loss should fall"
+print(f"rank 0 read {len(logs[0]['indices'][0])} samples per epoch, rank 1 {len(logs[1]['indices'][0])}, "
+      f"none in common; weights sha256 {logs[0]['weights'][:12]} on both ranks")
+
+# %% [markdown]
+# (Only the *parameters* are guaranteed equal. BatchNorm's running statistics are buffers: DDP copies rank
+# 0's buffers to the others at the start of every forward pass, and each rank then updates them with its
+# own half-batch, so at the very end they differ slightly. Save from rank 0, and they are rank 0's.)
+#
+# ## Where a DDP step spends its time
+# The per-step log as a timeline, steps 3–10 of both ranks on one clock. Each step: wait for the loader,
+# forward, backward — which includes the gradient all-reduce, so a rank that is ready first waits *there*
+# for the other — and the optimizer step. The two ranks' steps line up: the all-reduce synchronises them.
+
+# %%
+PHASES = [("asked", "got", "waiting for data", "tab:red"), ("got", "forward", "forward", "tab:blue"),
+          ("forward", "backward", "backward + all-reduce", "tab:purple"), ("backward", "done", "optimizer step", "tab:green")]
+
+
+def plot_timeline(logs: list[dict], ax, steps=slice(3, 11)) -> None:
+    origin = logs[0]["steps"][steps.start]["asked"]
+    for rank, log in enumerate(logs):
+        for start, end, label, colour in PHASES:
+            spans = [(s[start] - origin, s[end] - s[start]) for s in log["steps"][steps]]
+            ax.broken_barh(spans, (rank - 0.35, 0.7), color=colour, label=label if rank == 0 else None)
+    ax.set(yticks=range(len(logs)), yticklabels=[f"rank {r}" for r in range(len(logs))], xlabel="seconds")
+
+
+def wait_fraction(log: dict, skip: int = 2) -> float:
+    """Share of the time between a rank's first timed step and its last spent waiting for batches."""
+    steps = log["steps"][skip:]
+    return sum(s["got"] - s["asked"] for s in steps) / (steps[-1]["done"] - steps[0]["asked"])
+
+
+fig, ax = plt.subplots(figsize=(10, 2.2))
+plot_timeline(logs, ax)
+ax.set_title("ddp.py, 2 processes: 8 steps (decoding JPEGs in the loop)")
+ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4)
+plt.show()
+before = [wait_fraction(log) for log in logs]
+print("data-wait fraction per rank:", [round(f, 2) for f in before])
+
+# %% [markdown]
+# Red dominates: each rank decodes and resizes 32 JPEGs per step in its own loop and waits for that about
+# half of every step (the fraction printed above). More ranks would not fix that; a faster pipeline does.
+
+# %% [markdown]
+# ## Feeding DDP with Chapter 3's pipeline
+# Chapter 3 made the same batches faster: decode and resize each image once into a uint8 cache, keep
+# samples uint8 until the batch exists, normalize the whole batch last (`common.fast`). The cache is built
+# here, once, and checked against the Chapter 2 pipeline (the same normalized image, up to the rounding
+# of the stored uint8 crop):
+
+# %%
+train_set = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"))
+cache = ensure_cache(train_set, data.root.parent / "cache" / "train_32", CacheConfig(resize_size=32, crop_size=32),
+                     verbose=False)
+image, label = train_set[0]
+expected = V2EvalPreset(resize_size=32, crop_size=32)(image)
+from_cache = BatchNormalize()(torch.from_numpy(np.array(cache.images[:1])))[0]
+levels = ((from_cache - expected).abs() * torch.tensor(IMAGENET_STD).view(3, 1, 1) * 255).max().item()
+assert cache.images.shape == (960, 3, 32, 32) and int(cache.labels[0]) == label
+assert levels <= 1.001, "the same image, up to rounding to uint8"
+print(f"uint8 cache {cache.images.shape}, {cache.images.nbytes / 1e6:.1f} MB; differs from the "
+      f"Chapter 2 pipeline by at most {levels:.0f} uint8 level (rounding)")
+
+# %% [markdown]
+# **Change 6 — read the cache, normalize last.** The loader now yields uint8 crops from the cache (3 MB
+# here, so each rank reads it into memory; a large cache stays a memory map), and the loop normalizes each
+# batch on the device in one pass (`common.fast.BatchNormalize`). The DDP parts do not change at all.
+
+# %%
+ddp_cached = edit(ddp,
+    ("from common import CustomImageDataset, SmallCNN, V2EvalPreset, ensure_data\n",
+     "from common import SmallCNN\nfrom common.fast import BatchNormalize, open_cache\n"),
+    ("import torch\nimport torch.distributed", "import numpy as np\nimport torch\nimport torch.distributed"),
+    ("from torch.utils.data import DataLoader, DistributedSampler\n",
+     "from torch.utils.data import DataLoader, DistributedSampler, TensorDataset\n"),
+    ("def build_loader(batch_size: int) -> DataLoader:\n    data = ensure_data(verbose=False)\n"
+     '    dataset = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"),\n'
+     "                                 V2EvalPreset(resize_size=32, crop_size=32))\n",
+     "def build_loader(batch_size: int, cache_dir: Path) -> DataLoader:\n"
+     "    cache = open_cache(cache_dir)  # uint8 crops, decoded once (Chapter 3)\n"
+     "    dataset = TensorDataset(torch.from_numpy(np.array(cache.images)), torch.from_numpy(cache.labels))\n"),
+    ("    loader = build_loader(args.batch_size)\n",
+     "    loader = build_loader(args.batch_size, args.cache)\n"
+     "    normalize = BatchNormalize()  # uint8 -> (x / 255 - mean) / std, once per batch\n"),
+    ("            images, labels = images.to(device), labels.to(device)\n",
+     "            images, labels = normalize(images.to(device)), labels.to(device)  # normalize last\n"),
+    ('    parser.add_argument("--batch-size", type=int, default=32, help="per process")\n',
+     '    parser.add_argument("--batch-size", type=int, default=32, help="per process")\n'
+     '    parser.add_argument("--cache", type=Path, required=True, help="uint8 cache folder (Chapter 3)")\n'))
+(RUNS / "ddp_cached.py").write_text(ddp_cached)
+show_diff(ddp, ddp_cached, before_name="ddp.py", after_name="ddp_cached.py")
+
+# %% [markdown]
+# The same 3 epochs on 2 processes, and once more on **1** process with the same global batch of 64 per
+# step (one rank with 64 instead of two with 32 each), for the scaling and the loss curves below:
+
+# %%
+cache_arg = ["--cache", os.path.relpath(cache.root)]
+printed2 = torchrun_script(RUNS / "ddp_cached.py", 2, "--out", str(RUNS / "cached2"), "--num-epochs", "3", *cache_arg)
+printed1 = torchrun_script(RUNS / "ddp_cached.py", 1, "--out", str(RUNS / "cached1"), "--num-epochs", "3",
+                           "--batch-size", "64", *cache_arg)
+print(printed2, printed1, sep="")
+cached2, cached1 = read_logs(RUNS / "cached2"), read_logs(RUNS / "cached1")
+assert cached2[0]["weights"] == cached2[1]["weights"] and cached2[0]["epochs"][-1]["samples"] == 960
+
+# %% [markdown]
+# Before and after, per rank, and the timeline of the cached run on the same scale as the first one:
+# the loader's share of the step is now a sliver.
+
+# %%
+after = [wait_fraction(log) for log in cached2]
+fig, (left, right) = plt.subplots(1, 2, figsize=(11, 2.6), gridspec_kw={"width_ratios": [1, 2.6]})
+positions = np.arange(2)
+left.bar(positions - 0.2, before, 0.4, label="decode JPEGs (ddp.py)", color="tab:red")
+left.bar(positions + 0.2, after, 0.4, label="uint8 cache (ddp_cached.py)", color="tab:olive")
+left.axhline(0.10, color="grey", linestyle="--", linewidth=1)
+left.set(xticks=positions, xticklabels=["rank 0", "rank 1"], ylabel="data-wait fraction", ylim=(0, 1),
+         title="waiting for data")
+left.legend(fontsize=8)
+plot_timeline(cached2, right)
+right.set_xlim(ax.get_xlim())
+right.set_title("ddp_cached.py, 2 processes: 8 steps")
+plt.tight_layout()
+plt.show()
+print(pd.DataFrame({"decode JPEGs": before, "uint8 cache": after}, index=["rank 0", "rank 1"]).round(3))
+assert max(after) <= 0.10 < min(before), "the cached run waits at most 10% of the step"
+
+# %% [markdown]
+# ## One process against two
+# Samples per second of the whole job, from the logs (the steps after two warm-up steps), and the loss of
+# every step against the samples seen: one process with 64 images per step against two with 32 each. With
+# the same global batch the curves nearly coincide — the same algorithm, only spread over two processes
+# (not exactly the same numbers: BatchNorm normalises each rank's half-batch with its own statistics;
+# Chapter 4.2 shows a model for which 1 and 2 processes agree to rounding).
+
+# %%
+def samples_per_s(logs: list[dict], per_rank_batch: int, skip: int = 2) -> float:
+    steps = logs[0]["steps"][skip:]
+    return len(steps) * per_rank_batch * len(logs) / (steps[-1]["done"] - steps[0]["asked"])
+
+
+speed = pd.Series({"1 process": samples_per_s(cached1, 64), "2 processes": samples_per_s(cached2, 32)})
+fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3), gridspec_kw={"width_ratios": [1, 2]})
+left.bar(speed.index, speed.values, color=["tab:grey", "tab:blue"])
+left.set(ylabel="samples / s", title=f"scaling {speed.iloc[1] / speed.iloc[0]:.2f}x")
+for logs_, label in ((cached1, "1 process, 64 per step"), (cached2, "2 processes, 2 x 32 per step")):
+    loss = [s["loss"] for s in logs_[0]["steps"]]
+    right.plot(np.arange(1, len(loss) + 1) * 64, loss, label=label, alpha=0.8)
+right.set(xlabel="samples seen", ylabel="training loss (rank 0's batch)", title="the same global batch")
+right.legend()
+plt.tight_layout()
+plt.show()
+print(speed.round(1).to_string(), f"\nscaling: {speed.iloc[1] / speed.iloc[0]:.2f}x on 2 processes")
+assert len(cached1[0]["steps"]) == len(cached2[0]["steps"]), "the same number of steps"
+
+# %% [markdown]
+# **Change 7 — gradient accumulation with `no_sync`.** To train with a global batch larger than fits, run
+# K micro-batches per optimizer step. Inside `model.no_sync()` DDP skips the all-reduce and the gradients
+# just add up locally; the K-th backward runs outside it and all-reduces the sum once. Dividing each
+# micro-batch loss by K makes that sum the mean over the whole batch; the step and `zero_grad` move after
+# the K-th micro-batch. One all-reduce per optimizer step instead of K.
+
+# %%
+accumulating = edit(ddp_cached,
+    ("from pathlib import Path\n", "from contextlib import nullcontext\nfrom pathlib import Path\n"),
+    ("        for images, labels in loader:\n", "        for i, (images, labels) in enumerate(loader):\n"),
+    ("            optimizer.zero_grad()\n            logits = model(images)\n            loss = loss_fn(logits, labels)\n"
+     "            forward = time.time()\n            loss.backward()\n            backward = time.time()\n"
+     "            optimizer.step()\n",
+     "            sync = (i + 1) % args.accum == 0  # all-reduce on the last micro-batch of each step only\n"
+     "            with nullcontext() if sync else model.no_sync():\n"
+     "                logits = model(images)\n                loss = loss_fn(logits, labels)\n"
+     "                forward = time.time()\n"
+     "                (loss / args.accum).backward()  # gradients add up over the micro-batches\n"
+     "            backward = time.time()\n"
+     "            if sync:\n                optimizer.step()\n                optimizer.zero_grad()\n"),
+    ('"done": time.time(), "loss": loss.item()}', '"done": time.time(), "loss": loss.item(),\n                                 "sync": sync}'),
+    ('    parser.add_argument("--cache",',
+     '    parser.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")\n'
+     '    parser.add_argument("--cache",'))
+show_diff(ddp_cached, accumulating, before_name="ddp_cached.py", after_name="step 7")
+
+# %% [markdown]
+# **Change 8 — mixed precision with `autocast`.** Under `torch.autocast(dtype=torch.bfloat16)` matrix
+# products and convolutions run in bfloat16, which keeps float32's exponent range, so no `GradScaler` is
+# needed (float16 would need one); weights, gradients and the optimizer stay float32. It pays on GPUs with
+# bfloat16 units. On most CPUs it is *slower* (about 5× for this model here), so the run below turns it on
+# only with CUDA.
+
+# %%
+ddp_final = edit(accumulating,
+    ("                logits = model(images)\n                loss = loss_fn(logits, labels)\n",
+     "                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.amp):\n"
+     "                    logits = model(images)  # convolutions and matmuls in bfloat16\n"
+     "                    loss = loss_fn(logits, labels)\n"),
+    ('    parser.add_argument("--cache",',
+     '    parser.add_argument("--amp", action="store_true", help="bfloat16 autocast (for GPUs)")\n'
+     '    parser.add_argument("--cache",'))
+(RUNS / "ddp_final.py").write_text(ddp_final)
+show_diff(accumulating, ddp_final, before_name="step 7", after_name="ddp_final.py")
+
+# %% [markdown]
+# One epoch with 2 micro-batches of 16 per rank per optimizer step (the global batch stays 64): half of
+# the backward passes synchronise, and the replicas still end identical.
+
+# %%
+amp = ["--amp"] if device.type == "cuda" else []
+printed = torchrun_script(RUNS / "ddp_final.py", 2, "--out", str(RUNS / "final"), "--num-epochs", "1",
+                          "--batch-size", "16", "--accum", "2", *amp, *cache_arg)
+final = read_logs(RUNS / "final")
+syncs = sum(step["sync"] for step in final[0]["steps"])
+print(printed, f"micro-batches per rank {len(final[0]['steps'])}, optimizer steps (all-reduces) {syncs}",
+      "| autocast:", "on" if amp else "off (CPU)")
+assert syncs == len(final[0]["steps"]) // 2 and final[0]["weights"] == final[1]["weights"]
+
+# %% [markdown]
+# On this 2-core machine two processes run about the computation of one twice over, so the ratio can
+# come close to 2× only when nothing else is running; a shared machine gives less. What matters for the
+# method: the same number of steps, the same global batch, and each step's work split in two.
+#
+# ## The same script, grown up
+# `ddp.py` is the whole idea; a script for long runs needs more around it: resuming from snapshots after a
+# crash, automatic restarts, exact-once validation, logging, gradient accumulation and mixed precision.
+# That is `common/ddp/train.py`, which Chapter 4.2 opens. Change 1 is its `setup_distributed`, for example
+# (it also handles a plain `python` start, where `torchrun` set no variables):
+
+# %%
+show_source(setup_distributed)
+
 # %% [markdown]
 # ## Summary
 # - A distributed job is N processes running one script; `torchrun` starts them and sets `RANK`,
-#   `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`.
-# - Backend `nccl` for GPUs, `gloo` for CPUs; `set_device(local_rank)` before `init_process_group`, and
-#   `destroy_process_group()` on every exit path (`common.ddp.process_group`).
-# - `all_reduce`, `broadcast`, `all_gather`, `barrier` are the building blocks; DDP's gradient
-#   averaging is an `all_reduce` that runs during `backward()`.
-# - Prefer DDP to `DataParallel`: one process per device, no per-step model copies, no GIL contention,
-#   several machines.
-# - Notebooks start multi-process work as a subprocess and show its output; the code lives in `common`.
+#   `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`; its agent's `TCPStore` is the rendezvous.
+# - `all_reduce`, `broadcast`, `all_gather`, `barrier` are the building blocks; an all-reduce costs a fixed
+#   latency plus time per byte, which is why DDP buckets gradients and overlaps them with `backward()`.
+# - Chapter 1's loop becomes DDP with about a dozen lines: `init_process_group` (backend from the device,
+#   `set_device` first), `DistributedSampler` + `set_epoch`, `DDP(model)`, metrics summed with
+#   `all_reduce`, rank 0 printing and saving, `destroy_process_group()` in `finally`.
+# - Check a DDP script on what it wrote: disjoint data per rank, identical weights, a falling loss.
+# - A DDP run decoding JPEGs in its loop waits for data about half of each step; Chapter 3's uint8 cache
+#   with normalization last brings that under 10%.
+# - Prefer DDP to `DataParallel`: one process per device, no per-step model copies, no GIL contention.
 #
 # ## Exercises
-# 1. Run the demo with `--nproc_per_node=3` (edit `nproc_per_node`). Which printed values change, and how?
-# 2. Add a `reduce` (result on one rank only) and a `reduce_scatter` to `common/ddp/collectives_demo.py`
-#    (copy the file first); which of the four collectives can you build from them?
-# 3. Make rank 1 skip the barrier. What happens, and how long until gloo gives up? (Set a short `timeout`
-#    in `init_process_group` before trying.)
-# 4. Time one `all_reduce` of a 100 MB tensor between the 2 CPU processes and compare with the
-#    `2 × (N − 1) / N` estimate above.
+# 1. Run the collectives demo with `--nproc_per_node=3` (edit `nproc_per_node`). Which printed values change, and how?
+# 2. Remove `set_epoch` from `ddp.py` (edit `step2`) and rerun: which assert fails, and why?
+# 3. Make rank 1 skip the barrier in a copy of `common/ddp/collectives_demo.py`. What happens, and how long
+#    until gloo gives up? (Set a short `timeout` in `init_process_group` before trying.)
+# 4. Run `ddp.py` with `--batch-size 8` and `--batch-size 128`. How do the data-wait fraction and the
+#    timeline change, and why?
+# 5. Give `ddp_cached.py` DataLoader workers (`num_workers=1`) instead of the cache, and compare the
+#    data-wait fraction with both runs above.

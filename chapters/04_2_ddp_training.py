@@ -1,9 +1,9 @@
 # %% [markdown]
 # # Chapter 4.2 — Training with DistributedDataParallel
-# **Guide sections:** beyond the guide (the title's 分布式训练, continuing §2.2.1 Dataset与DataLoader类)
+# **Guide sections:** beyond the guide (it breaks off in §2.3.1); builds on §2.2.1 Dataset与DataLoader类, toward the title's 分布式训练
 # [Glossary / 术语表](../GLOSSARY.md)
 # ## What you will learn
-# - How the Chapter 2 pipeline and `SmallCNN` train on 2 processes with DDP — to well above chance in
+# - How Chapter 4.1's `ddp.py` grows into `common/ddp/train.py`, and how the Chapter 2 pipeline and `SmallCNN` train with it on 2 processes with DDP — to well above chance in
 #   a few epochs, with a one-cycle learning-rate schedule — using `DistributedSampler` with `set_epoch`,
 #   metrics reduced across ranks, and validation that counts every image exactly once
 # - How rank 0 logs and writes atomic snapshots, and how a run resumes from one — exactly
@@ -12,7 +12,7 @@
 # - Gradient accumulation with `no_sync`, mixed precision on GPUs, and launching on N GPUs and machines
 
 # %% [markdown]
-# ## Setup (beyond the guide — the title's 分布式训练)
+# ## Setup
 # Imports, seed, device, the data, and a fresh folder for this notebook's runs. Every run below is
 # `common/ddp/train.py`, started as a subprocess with `torchrun`; the notebook reads what the run wrote.
 
@@ -31,22 +31,41 @@ from common.ddp.config import TINY
 from common.ddp.launch import RESTART_SAFE_ENV, run_command, torchrun_command
 from common.ddp.samplers import ShardSampler
 from common.ddp.snapshot import read_snapshot
-from common.ddp.train import main
+from common.ddp.train import build_loaders, distributed_train_epoch, main
+from common.source import show_source
 
 generator = seed_everything(0)
 device = get_device()
 data = ensure_data()
-RUNS = Path("../runs/04_2").resolve()
+RUNS = Path("../runs/04_2")
 shutil.rmtree(RUNS, ignore_errors=True)
-print("device:", describe_device(device), "| runs in", RUNS)
+print("device:", describe_device(device), "| runs in", RUNS.as_posix())
 
 # %% [markdown]
-# ## The training entry point (beyond the guide — the title's 分布式训练)
-# `common/ddp/train.py` is one script for every scale: `python -m common.ddp.train` is one process,
+# ## The training entry point: `ddp.py` grown up
+# Chapter 4.1 wrote `ddp.py`: a dozen lines on top of Chapter 1's loop. `common/ddp/train.py` is the same
+# script grown up for long runs — snapshots and resume, automatic restarts, exact-once validation, a JSON
+# log, accumulation and mixed precision as flags. It is one script for every scale: `python -m common.ddp.train` is one process,
 # `torchrun --standalone --nproc_per_node=N -m common.ddp.train` is N. Its steps are named as in
 # torchvision's reference scripts — `build_loaders`, `build_model`, `train_one_epoch`, `evaluate`,
 # `main` — and its settings are one dataclass, `TrainConfig`, from which the command line is built.
-# `--batch-size` is the **global** batch: on 2 ranks each takes half. Two helpers read the log:
+# `--batch-size` is the **global** batch: on 2 ranks each takes half. Its inner loop is 4.1's changes 4,
+# 7 and 8 together — `no_sync` on all but the last micro-batch, `autocast` around the forward pass, and the
+# metrics summed in one tensor for a single `all_reduce_sum` at the end:
+
+# %%
+show_source(distributed_train_epoch)
+
+# %% [markdown]
+# And `build_loaders` is 4.1's change 2 with the extras: the global batch split over ranks and
+# micro-batches, a sampler that can resume in the middle of an epoch, and an unpadded validation sampler
+# (below):
+
+# %%
+show_source(build_loaders)
+
+# %% [markdown]
+# Two helpers read the run's log:
 
 # %%
 def records(log: Path, event: str) -> list[dict]:
@@ -67,8 +86,9 @@ def train(name: str, *args: str, nproc: int = 2, **launch) -> Path:
 
 # %% [markdown]
 # ## Sharding the data: `DistributedSampler` and `set_epoch` (§2.2.1 Dataset与DataLoader类)
-# The guide's `DataLoader(dataset, shuffle=True)` would give every rank the *same* batches. A
-# `DistributedSampler` instead shuffles the indices with a seed every rank shares, then deals them out:
+# The guide's `DataLoader(dataset, shuffle=True)` on every rank would give each rank its own shuffle of
+# the *whole* dataset — and, since every rank seeds its generators alike (`seed_everything(0)`, as DDP needs
+# for equal initial weights), the *same* batches on every rank. A `DistributedSampler` instead shuffles the indices with a seed every rank shares, then deals them out:
 # rank `r` takes positions `r, r + world_size, ...`. The shuffle is seeded with `seed + epoch`, so
 # **`sampler.set_epoch(epoch)` must be called every epoch** — forget it and every epoch repeats
 # epoch 0's order:
@@ -87,7 +107,7 @@ print(table)
 assert sorted(order(0, 1) + order(1, 1)) == list(range(8))
 
 # %% [markdown]
-# ## Validation that counts every image once (beyond the guide — continues §2.2.1 Dataset与DataLoader类)
+# ## Validation that counts every image once
 # `DistributedSampler` pads the ranks to equal length by *repeating* indices: 13 validation images on 2
 # ranks become 14, and one image is counted twice. Training needs equal lengths (every step all-reduces),
 # evaluation does not, so `common.ddp.train` evaluates with `common.ddp.samplers.ShardSampler` (no padding) on
@@ -101,7 +121,7 @@ print(f"ShardSampler:       {len(exact)} indices, {len(set(exact))} distinct")
 assert sorted(exact) == list(range(13)) and len(padded) == 14
 
 # %% [markdown]
-# ## Training on two processes (beyond the guide — the title's 分布式训练)
+# ## Training on two processes
 # The Chapter 2 pipeline (`CustomImageDataset` on `labels.csv`, the v2 eval preset at 32×32 pixels, no
 # augmentation) and `SmallCNN`, on 2 CPU processes with gloo: 6 epochs of all 960 training images,
 # validated on all 240 validation images after each, global batch 16 (8 per rank).
@@ -113,7 +133,7 @@ assert sorted(exact) == list(range(13)) and len(padded) == 14
 # writes a snapshot at the end of every epoch.
 
 # %%
-main_run = train("main", "--epochs", "6", "--batch-size", "16", "--image-size", "32", "--no-augment",
+main_run = train("main", "--num-epochs", "6", "--batch-size", "16", "--image-size", "32", "--no-augment",
                  "--schedule", "onecycle", "--lr", "1e-2", "--snapshot", str(RUNS / "main" / "snapshot.pt"))
 epochs = pd.DataFrame(records(main_run / "log.jsonl", "epoch"))
 epochs[["epoch", "step", "seconds", "train_loss", "train_acc", "train_count", "val_loss", "val_acc",
@@ -144,7 +164,7 @@ history = History(*(epochs[c].tolist() for c in ("train_loss", "train_acc", "val
 fig = plot_history(history, title="SmallCNN, DDP on 2 CPU processes (from log.jsonl)")
 
 # %% [markdown]
-# ## Snapshots: what rank 0 writes (beyond the guide — the title's 分布式训练)
+# ## Snapshots: what rank 0 writes
 # A snapshot holds everything needed to continue exactly: model, optimizer (AdamW's moments), scheduler,
 # epoch, optimizer step, the position inside the epoch, and *every* rank's RNG state. Rank 0 writes it to
 # a temporary file in the same folder, `fsync`s it and renames it over the old one with `os.replace` — a
@@ -158,7 +178,7 @@ print("entries:", sorted(snapshot))
 assert snapshot["step"] == epochs.step.iloc[-1] and len(snapshot["rng"]) == 2
 
 # %% [markdown]
-# ## Why 2 processes equal 1 process — and BatchNorm (beyond the guide — the title's 分布式训练)
+# ## Why 2 processes equal 1 process — and BatchNorm
 # DDP averages the ranks' gradients. Each rank's loss is the mean over its half-batch, so the average of
 # the two is the mean over the whole batch — *if* each sample's loss depends only on that sample. The
 # data order matches too: the single process uses the same `DistributedSampler` with `num_replicas=1`,
@@ -193,7 +213,7 @@ def close_to_reference(weights: dict) -> bool:
 
 
 # %% [markdown]
-# ## Resuming from a snapshot (beyond the guide — the title's 分布式训练)
+# ## Resuming from a snapshot
 # The same configuration on 2 processes, stopped after 4 optimizer steps — in the middle of epoch 1 —
 # and started again with the same command minus `--max-steps`. The second start finds the snapshot,
 # restores everything, and skips the samples already seen (the sampler starts at the saved position).
@@ -208,12 +228,12 @@ resumed_weights = torch.load(resumed / "final.pt", weights_only=True)
 assert close_to_reference(resumed_weights)
 
 # %% [markdown]
-# ## A failure and the automatic restart (beyond the guide — the title's 分布式训练)
+# ## A failure and the automatic restart
 # `--simulate-failure-at-step 3` makes the last rank exit abruptly at step 3 on the first attempt, as a
 # crashed worker would. With `torchrun --max-restarts=1` the agent notices, stops the other rank,
 # and starts the whole group again; the new workers find the snapshot of step 2 and continue.
 # (`RESTART_SAFE_ENV`, which `run_command` sets, gives each attempt a fresh rendezvous store — see
-# the note in `common/distributed.py`.) The tests also kill a worker with `SIGKILL` mid-epoch.
+# the note in `common/ddp/launch.py`.) The tests also kill a worker with `SIGKILL` mid-epoch.
 
 # %%
 print("environment for restarts:", RESTART_SAFE_ENV)
@@ -235,7 +255,7 @@ assert records(failed / "log.jsonl", "done")[0]["attempt"] == 1 and close_to_ref
 print("restarted run == resumed run, bit for bit")
 
 # %% [markdown]
-# ## Gradient accumulation with `no_sync` (beyond the guide — the title's 分布式训练)
+# ## Gradient accumulation with `no_sync`
 # With `--grad-accum K` each rank runs K micro-batches per optimizer step. Inside `model.no_sync()` DDP
 # skips the all-reduce and gradients just accumulate locally; the K-th backward all-reduces once. Each
 # micro-batch loss is divided by K, so the accumulated gradient is the mean over the full batch — the
@@ -251,21 +271,21 @@ assert done["allreduce_syncs"] == done["step"] == records(reference / "log.jsonl
 assert close_to_reference(torch.load(accum / "final.pt", weights_only=True))
 
 # %% [markdown]
-# ## Mixed precision on GPUs (beyond the guide — the title's 分布式训练)
+# ## Mixed precision on GPUs
 # `--amp` runs the forward pass under `torch.autocast(dtype=torch.bfloat16)`; bfloat16 keeps float32's
 # exponent range, so no `GradScaler` is needed (float16 would need one). It is for CUDA; on this CPU the
 # cell says so and skips.
 
 # %%
 if device.type == "cuda":
-    amp_run = train("amp", "--epochs", "1", "--batch-size", "64", "--amp",
+    amp_run = train("amp", "--num-epochs", "1", "--batch-size", "64", "--amp",
                     nproc=torch.cuda.device_count())
     print(records(amp_run / "log.jsonl", "epoch")[-1])
 else:
     print("skipped: mixed precision needs CUDA, this machine has", describe_device(device))
 
 # %% [markdown]
-# ## Launching on N GPUs and on several machines (beyond the guide — the title's 分布式训练)
+# ## Launching on N GPUs and on several machines
 # The same script, more processes. On one machine with 8 GPUs, one process per GPU (`LOCAL_RANK` picks
 # it, NCCL moves the gradients):
 #
@@ -290,23 +310,18 @@ sbatch = Path("04_slurm_ddp_train.sbatch").read_text().splitlines()
 print("\n".join(line for line in sbatch if line.startswith(("#SBATCH", "srun", "    --"))))
 
 # %% [markdown]
-# ## Scaling on this CPU (beyond the guide — the title's 分布式训练)
-# `python -m common.ddp.bench` trains for 25 steps on 1 rank and on 2 ranks (one thread each, the same
-# 32 images per rank per step, runs alternating) and prints the median samples/s side by side. It takes
-# longer than this notebook should, so here is one run on our 2-core test machine, measured while other
-# jobs shared it (load average ~9, so the absolute numbers are low and noisy; the single runs ranged from
-# 51 to 71 samples/s on 1 rank and from 77 to 102 on 2) — your numbers will differ:
-#
-# | ranks | median samples/s | scaling | efficiency | data-wait fraction |
-# |---|---|---|---|---|
-# | 1 | 51.9 | 1.00× | 100% | 0.62 |
-# | 2 | 89.2 | 1.72× | 86% | 0.56 |
-#
-# Each rank decodes and trains on its own core, and the all-reduce of `SmallCNN`'s ~25k gradient values is
-# cheap next to decoding 32 JPEGs, so on a quiet machine the ratio should come close to 2×; run the
-# command to measure yours. The
-# script also reports the **data-wait fraction** — the share of time a rank waits for its next batch;
-# on a GPU run it shows whether the loader keeps up (Chapter 3).
+# ## Throughput and data wait of the main run
+# The last line of every log, `done`, holds the run's samples/s (after two warm-up steps) and its
+# **data-wait fraction** — the share of the time rank 0 waited for its next batch. The main run decodes
+# every JPEG in its loop (the Chapter 2 pipeline), so the fraction is large, as in Chapter 4.1's first run;
+# Chapter 4.1 showed that Chapter 3's uint8 cache brings it under 10%. `python -m common.ddp.bench`
+# measures samples/s on 1 and 2 ranks side by side; it takes longer than this notebook should.
+
+# %%
+done_main = records(main_run / "log.jsonl", "done")[0]
+print(f"main run: {done_main['samples_per_s']:.1f} samples/s on {done_main['world_size']} processes, "
+      f"data-wait fraction {done_main['data_wait_fraction']:.2f}")
+assert 0 <= done_main["data_wait_fraction"] < 1
 
 # %% [markdown]
 # ## Summary
@@ -329,6 +344,6 @@ print("\n".join(line for line in sbatch if line.startswith(("#SBATCH", "srun", "
 #    --step-delay 0.5`. What does the log show?
 # 3. Remove `set_epoch` from `common/ddp/train.py` (in a copy) and check which samples each epoch sees.
 # 4. Run `python -m common.ddp.bench --per-rank-batch 8` and `--per-rank-batch 64`. How does the
-#    scaling change with the batch, and why?
+#    scaling change with the batch, and why? Compare with the data-wait fraction printed above.
 # 5. The curves of the main run were still rising. Train it for 12 epochs, then with `--schedule cosine`
 #    (no warm-up) at the same `--lr 1e-2`. Which reaches the higher validation accuracy, and why?

@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Chapter 5 — Sharded, streaming datasets
-# **Guide sections:** beyond the guide (continues §2.1.2 数据管道在深度学习中的作用)
+# **Guide sections:** beyond the guide (it breaks off in §2.3.1); builds on §2.1.2 数据管道在深度学习中的作用
 # [Glossary / 术语表](../GLOSSARY.md)
 # ## What you will learn
 # - Why a map-style `Dataset` of millions of small files stops scaling, and what an iterable dataset over *shards* changes.
@@ -19,10 +19,10 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -52,7 +52,7 @@ print("torch", torch.__version__, "| device:", device, "| webdataset:",
       wds.__version__ if wds else "not installed")
 
 # %% [markdown]
-# ## Map-style vs iterable datasets at scale (beyond the guide; continues §2.1.2 数据管道在深度学习中的作用)
+# ## Map-style vs iterable datasets at scale
 # The guide promises that a good pipeline "supports larger datasets" (§2.1.2). The map-style
 # `CustomImageDataset` of Chapter 2 answers `dataset[i]` by opening file `i`: random access, one file
 # open (one request, on object storage) per sample. That is fine for 960 files on a local disk. With
@@ -69,14 +69,57 @@ sizes = np.array([f.stat().st_size for f in files])
 print(f"{len(files)} files, {sizes.sum() / 1e6:.1f} MB, median {np.median(sizes) / 1e3:.1f} kB per file")
 
 # %% [markdown]
-# ## Writing shards (beyond the guide)
+# ## The shard format, written by hand
+# A shard is a plain tar file. Sample `key` becomes two members side by side: `key.jpg`, the original image
+# bytes (not re-encoded), and `key.cls`, the label as ASCII digits — the WebDataset convention. Python's
+# `tarfile` writes and reads it in a few lines; fixed member metadata (mtime 0) makes the same samples give
+# the same bytes. Written into `runs/05/` (git-ignored):
+
+# %%
+scratch = Path("../runs/05")
+shutil.rmtree(scratch, ignore_errors=True)
+scratch.mkdir(parents=True)
+
+
+def write_shard(path: Path, samples: list[tuple[str, bytes, int]]) -> None:
+    with tarfile.open(path, "w") as tar:
+        for key, image_bytes, label in samples:
+            for name, payload in ((f"{key}.jpg", image_bytes), (f"{key}.cls", str(label).encode())):
+                member = tarfile.TarInfo(name)
+                member.size, member.mtime = len(payload), 0
+                tar.addfile(member, io.BytesIO(payload))
+
+
+def read_shard(path: Path):
+    """Yield (key, image bytes, label), reading the tar front to back, pairs of members at a time."""
+    with tarfile.open(path) as tar:
+        members = tar.getmembers()
+        for jpg, cls in zip(members[::2], members[1::2], strict=True):
+            assert jpg.name.removesuffix(".jpg") == cls.name.removesuffix(".cls"), "members come in pairs"
+            yield jpg.name.removesuffix(".jpg"), tar.extractfile(jpg).read(), int(tar.extractfile(cls).read())
+
+
+labels = pd.read_csv(data.labels_csv("train"))
+mine = [(f"{i:08d}", (data.images_dir("train") / name).read_bytes(), int(label))
+        for i, (name, label) in enumerate(zip(labels.file_name[:5], labels.label[:5], strict=True))]
+write_shard(scratch / "by-hand.tar", mine)
+back = list(read_shard(scratch / "by-hand.tar"))
+assert back == mine, "the same keys, bytes and labels come back"
+with tarfile.open(scratch / "by-hand.tar") as tar:
+    print(pd.DataFrame([(m.name, m.size, m.mtime) for m in tar.getmembers()], columns=["member", "bytes", "mtime"]))
+
+# %% [markdown]
+# That is the whole format. `common.shards.format` is the complete version: a manifest with every shard's
+# sample count and sha256, deterministic writing (also uid/gid and mode fixed), and a reader that refuses
+# unsafe or broken members (the end of this chapter).
+#
+# ## Writing shards with `make_shards.py`
 # `data_scripts/make_shards.py` packs the CSV + images dataset into tar shards of a chosen number of
 # samples, in the WebDataset convention: sample `i` becomes members `0000000i.jpg` (the original bytes,
 # not re-encoded) and `0000000i.cls` (the label as text), side by side. The command line, run here on the
 # validation split into a temporary folder:
 
 # %%
-scratch = Path(tempfile.mkdtemp())
 cli = [sys.executable, "../data_scripts/make_shards.py", "--csv", str(data.labels_csv("val")),
        "--images", str(data.images_dir("val")), "--out", str(scratch / "val"), "--shard-size", "64"]
 print(subprocess.run(cli, capture_output=True, text=True, check=True).stdout)
@@ -127,7 +170,7 @@ reads = pd.DataFrame([("960 files, random order", len(random_files), *read_all(r
 reads.assign(MB=reads.bytes / 1e6).drop(columns="bytes").round(3)
 
 # %% [markdown]
-# ## Reading shards: the same samples, the same transforms (beyond the guide)
+# ## Reading shards: `ShardedImageDataset`, the same samples, the same transforms
 # `ShardedImageDataset` is an `IterableDataset`: no `__getitem__`, only `__iter__`. It takes the same
 # transform presets as the map-style datasets and yields the same `(image, label)` pairs. Without
 # shuffling it yields the samples in CSV order, so we can compare tensor for tensor:
@@ -141,22 +184,46 @@ assert torch.equal(image, mapped[0][0]) and label == mapped[0][1]
 print(image.shape, label)
 
 # %% [markdown]
-# ## Who reads which shard (beyond the guide)
+# ## Who reads which shard
 # With DDP every rank runs its own copy of the dataset, and each rank's `DataLoader` starts
 # `num_workers` copies more. Without care, all of them read the same shards and every sample is seen
-# `world_size × num_workers` times. `ShardedImageDataset` deals the shards out like cards: first by rank
-# (`order[rank::world_size]`), then by worker within the rank (`[worker::num_workers]`). The order itself
-# is a permutation seeded by `(seed, epoch)`, the same on every rank. The plan for 2 ranks × 2 workers:
+# `world_size × num_workers` times. The fix is to deal the shards out like cards: first by rank, then by
+# worker within the rank. In a few lines (inside a worker, `torch.utils.data.get_worker_info()` gives
+# `worker` and `num_workers`; `rank` and `world_size` come from the process group):
+
+# %%
+def my_shards(shards: list, *, rank: int, world_size: int, worker: int, num_workers: int) -> list:
+    return shards[rank::world_size][worker::num_workers]
+
+
+names = [shard["name"] for shard in manifest["shards"]]
+consumers = [(r, w) for r in range(2) for w in range(2)]
+by_hand = {c: my_shards(names, rank=c[0], world_size=2, worker=c[1], num_workers=2) for c in consumers}
+assert sorted(n for shards in by_hand.values() for n in shards) == sorted(names), "each shard exactly once"
+grid = np.array([[name in by_hand[c] for name in names] for c in consumers])
+fig, ax = plt.subplots(figsize=(8, 1.8))
+ax.imshow(grid, cmap="Greys", aspect="auto")
+ax.set(title="shards[rank::2][worker::2]", xlabel="shard", yticks=range(4),
+       yticklabels=[f"rank {r} worker {w}" for r, w in consumers])
+plt.show()
+
+# %% [markdown]
+# Every column has one dark cell: each shard is read by exactly one consumer. Dealt in this fixed order,
+# though, rank 0 would read the same shards every epoch. `ShardedImageDataset` deals a permutation of the
+# shards seeded by `(seed, epoch)` instead, the same on every rank, with the same two slices. Its plan for
+# 2 ranks × 2 workers, checked against the few lines above:
 
 # %%
 train_set = ShardedImageDataset(manifests["train"], seed=0, rank=0, world_size=2, equalize="none")
 plan = train_set.plan(num_workers=2, epoch=0)
+order = [names[i] for i in train_set.shard_order(0)]
+assert [list(row) for row in plan.shards] == [my_shards(order, rank=r, world_size=2, worker=w, num_workers=2)
+                                              for r, w in consumers]
 plan[["rank", "worker", "shards", "samples"]]
 
 # %% [markdown]
-# The same as a picture, for two epochs: each column is a shard, each row a consumer `(rank, worker)`;
-# one dark cell per column means each shard is read by exactly one consumer, and the assignment changes
-# from epoch to epoch (so each rank sees different data every epoch).
+# The same picture for two epochs of `ShardedImageDataset`: still one dark cell per column, and the
+# assignment changes from epoch to epoch (so each rank sees different data every epoch).
 
 # %%
 index_of = {shard["name"]: i for i, shard in enumerate(manifest["shards"])}
@@ -184,7 +251,7 @@ assert len(seen) == 960 and set(seen.values()) == {1}
 print(f"{len(seen)} distinct samples, each seen {set(seen.values())} time(s)")
 
 # %% [markdown]
-# ## Equal batches on every rank (beyond the guide)
+# ## Equal batches on every rank
 # 15 shards do not split evenly over 2 ranks: one rank gets 8 shards (512 samples), the other 7 (448).
 # Under DDP each backward pass is a collective all-reduce that *every* rank must join. The rank with
 # fewer batches finishes its epoch and moves on, while the other waits inside its next all-reduce for a
@@ -220,7 +287,7 @@ print(worker_quotas(np.array([[260, 252], [192, 256]]), "pad").tolist(),
       worker_quotas(np.array([[260, 252], [192, 256]]), "drop").tolist())
 
 # %% [markdown]
-# ## Shuffling quality vs buffer size (beyond the guide)
+# ## Shuffling quality vs buffer size
 # A streaming dataset cannot draw a random index; it shuffles in two cheap stages instead: a random
 # *shard order*, then a *shuffle buffer* of `buffer_size` samples from which it emits a random one and
 # refills the gap. How well does that mix? The hard case is real and common: data written in class order,
@@ -271,7 +338,7 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# ## Training the Chapter 2 model from shards with DDP (beyond the guide)
+# ## Training the Chapter 2 model from shards with DDP
 # `common/shards/train.py` trains `SmallCNN` from the shards on every rank, with the Chapter 2 presets
 # (`V2TrainPreset`, or `V2EvalPreset` with `--no-augment`) and `equalize="pad"`, and prints the batches
 # each rank ran. Multi-process work is launched as a
@@ -308,7 +375,7 @@ assert epochs.train_loss.iloc[-1] < 1.4 and epochs.val_acc.max() > 0.4, "the mod
 epochs[["epoch", "batches_per_rank", "samples_per_rank", "train_loss", "val_acc"]]
 
 # %% [markdown]
-# ## The same shards with WebDataset (beyond the guide)
+# ## The same shards with WebDataset
 # Our shards are ordinary WebDataset shards, so the `webdataset` library reads them as they are:
 # `WebDataset(urls)` streams the tars, `.decode("pil")` decodes `.jpg` to PIL and `.cls` to `int`. We
 # compare the decoded pixels of the validation set with ours (as a multiset of pixel hashes).
@@ -330,7 +397,7 @@ print(f"{sum(ours.values())} samples;", "identical in webdataset" if wds else "w
 # what it leaves to you is exactly what this chapter built: equal batches per rank (`with_epoch`,
 # `with_length`), and checksums.
 #
-# ## Reading shards safely (beyond the guide)
+# ## Reading shards safely
 # A shard is input from elsewhere. `ShardedImageDataset` never extracts to disk, and still refuses a
 # member named with `..` or an absolute path, links, folders and devices, a short or cut-off tar, and a
 # shard whose sha256 disagrees with the manifest, each with an error that names the shard and member.

@@ -23,7 +23,7 @@ import torch
 from packaging.version import InvalidVersion, Version
 
 from common.cli import parse_config
-from common.paths import default_data_root, find_repo_root
+from common.paths import default_data_root, display_path, find_repo_root
 from common.synthetic import SyntheticConfig, verify
 
 #: Below this, DataLoader workers die with "bus error" / "No space left on device".
@@ -162,7 +162,7 @@ def check_python(facts: Facts) -> Check:
     if facts.python_version[:2] < (3, 10):
         return Check("python", "problem", f"Python {version} is too old",
                      "install Python 3.10+ and run `make distclean install PYTHON=python3.X`")
-    return Check("python", "ok", f"Python {version} ({facts.executable})")
+    return Check("python", "ok", f"Python {version} ({display_path(facts.executable)})")
 
 
 def check_packages(facts: Facts) -> Check:
@@ -204,14 +204,14 @@ def check_interpreter(facts: Facts) -> Check:
     venv = (facts.repo / ".venv").resolve()
     conda = facts.conda_prefix
     if Path(facts.prefix).resolve() == venv:
-        return Check("interpreter", "ok", f"{what} is the repository's .venv ({facts.executable})")
+        return Check("interpreter", "ok", f"{what} is the repository's .venv ({display_path(facts.executable)})")
     if conda and Path(facts.prefix).resolve() == Path(conda).resolve():
         return Check("interpreter", "info", f"{what} runs in the conda env {conda}")
     fix = ("in JupyterLab pick the kernel of the .venv (start it with `make lab`, or register it "
            "once: `.venv/bin/python -m ipykernel install --user --name torch-pipelines`)"
            if facts.in_kernel else "run `make doctor`, or `.venv/bin/python -m common.doctor`")
     return Check("interpreter", "problem",
-                 f"{what} is {facts.executable}, not {venv}/bin/python", fix)
+                 f"{what} is {display_path(facts.executable)}, not {display_path(venv)}/bin/python", fix)
 
 
 def check_common(facts: Facts) -> Check:
@@ -220,7 +220,7 @@ def check_common(facts: Facts) -> Check:
     Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     if (facts.repo / "pyproject.toml").is_file() and (facts.repo / "chapters").is_dir():
-        return Check("common package", "ok", f"imported from {facts.common_file}")
+        return Check("common package", "ok", f"imported from {display_path(facts.common_file)}")
     return Check("common package", "problem", f"`common` is imported from {facts.common_file}, "
                  "a copy outside the repository: edits to common/ will not take effect",
                  "run `make install` in the repository (installs `common` with `pip install -e .`)")
@@ -289,7 +289,7 @@ def check_data(facts: Facts) -> Check:
     Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     if not facts.data_problems:
-        return Check("data", "ok", f"synthetic data intact at {facts.data_root}")
+        return Check("data", "ok", f"synthetic data intact at {display_path(facts.data_root)}")
     missing = not (facts.data_root / "manifest.json").is_file()
     detail = (f"no synthetic data at {facts.data_root}" if missing else
               f"synthetic data at {facts.data_root} is damaged: {facts.data_problems[0]}"

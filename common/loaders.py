@@ -18,10 +18,16 @@ from torch.utils.data import WeightedRandomSampler
 
 
 def seed_worker(worker_id: int) -> None:
-    """``worker_init_fn`` that seeds NumPy and ``random`` in each DataLoader worker.
+    """``worker_init_fn`` that (re)seeds NumPy and ``random`` in each DataLoader worker.
 
-    PyTorch seeds each worker's torch RNG from the loader's generator, but not NumPy's
-    or Python's; without this, workers of some start methods share NumPy random streams.
+    Since PyTorch 1.9 each worker already seeds ``random``, torch and NumPy's global RNG
+    itself (``torch/utils/data/_utils/worker.py``), from the loader's base seed plus the
+    worker id; the base seed is drawn from the loader's ``generator``, which is what makes
+    a run reproducible. This function repeats the NumPy and ``random`` seeding from
+    ``torch.initial_seed()`` (the recipe of PyTorch's reproducibility notes), so the same
+    code behaves alike on older PyTorch versions; it is harmless on current ones. A
+    ``worker_init_fn`` is still the place for any other per-worker set-up (another
+    library's RNG, opening a file handle per worker).
 
     Introduced in chapters/02_1_dataset_dataloader.ipynb.
     """

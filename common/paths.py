@@ -76,3 +76,18 @@ def chapters_dir(root: Path | None = None) -> Path:
     Introduced in chapters/01_pytorch_basics.ipynb.
     """
     return (root or repo_root()) / "chapters"
+
+
+def display_path(path: str | os.PathLike) -> str:
+    """``path`` as a reader should see it: relative to the repository when inside it.
+
+    Outputs stored in committed notebooks must not carry the build machine's folders;
+    paths outside the repository keep only their last two parts, after ``…/``.
+
+    Introduced in chapters/01_pytorch_basics.ipynb.
+    """
+    path = Path(os.path.abspath(Path(path).expanduser()))  # keep symlinks: a venv's python
+    root = find_repo_root()
+    if root is not None and path.is_relative_to(root):
+        return path.relative_to(root).as_posix() or "."
+    return "…/" + "/".join(path.parts[-2:])

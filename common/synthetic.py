@@ -29,7 +29,7 @@ import numpy as np
 from filelock import FileLock
 
 from common.cli import option
-from common.paths import default_data_root
+from common.paths import default_data_root, display_path
 from common.shapes import CLASSES, draw_shape_image
 
 MANIFEST_VERSION = 2  # bump whenever drawing changes, so old datasets are regenerated
@@ -286,9 +286,9 @@ def ensure_data(root: Path | None = None, config: SyntheticConfig = SyntheticCon
                           + (" ..." if len(strays) > 3 else ""), stacklevel=2)
         if problems:
             if verbose and root.exists():
-                print(f"Regenerating {root}: {problems[0]}"
+                print(f"Regenerating {display_path(root)}: {problems[0]}"
                       + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
             _generate(_target(root), config)
         elif verbose:
-            print(f"Synthetic data OK at {root}")
+            print(f"Synthetic data OK at {display_path(root)}")
     return ShapesData(root)

@@ -8,6 +8,7 @@ without executing anything (``make test`` runs it).
 
 from __future__ import annotations
 
+import html
 import sys
 import time
 from dataclasses import dataclass
@@ -50,8 +51,56 @@ def build(path: Path, *, timeout: int = 600) -> None:
             cell.outputs, cell.execution_count = [], None
     NotebookClient(nb, timeout=timeout, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
+    tidy_progress_bars(nb)
     nbformat.write(nb, path.with_suffix(".ipynb"))
     jupytext.write(nb, twin_of(path.with_suffix(".ipynb")), fmt="py:percent")
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _bar_text(state: dict, model_id: str) -> str | None:
+    """The final text of a tqdm notebook bar (an HBox: HTML, progress, HTML), or None."""
+    box = state.get(model_id, {})
+    children = box.get("state", {}).get("children", [])
+    if box.get("model_name") != "HBoxModel" or len(children) != 3:
+        return None
+    left, bar, right = (state.get(c.removeprefix("IPY_MODEL_"), {}).get("state", {})
+                        for c in children)
+    if "max" not in bar or not bar.get("max"):
+        return None
+    filled = round(10 * min(bar.get("value", 0) / bar["max"], 1.0))
+    text = f"{left.get('value', '')}|{'█' * filled}{' ' * (10 - filled)}|{right.get('value', '')}"
+    return html.unescape(text).replace("\u2007", " ")
+
+
+def tidy_progress_bars(nb: nbformat.NotebookNode) -> None:
+    """Store progress bars as a reader last saw them, in place.
+
+    A tqdm bar in a notebook is a widget; the text stored beside it for viewers without
+    widgets (a code host) is its *first* state, "0%". This replaces that text with the
+    bar's final state from the saved widget state, and drops bars that ``leave=False``
+    hid when they finished (they are gone from the live notebook too).
+    """
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json",
+                                                {}).get("state", {})
+    for cell in nb.cells:
+        kept = []
+        for output in cell.get("outputs", []):
+            view = output.get("data", {}).get(WIDGET_VIEW)
+            if view is None:
+                kept.append(output)
+                continue
+            box = state.get(view["model_id"], {}).get("state", {})
+            layout = state.get(str(box.get("layout", "")).removeprefix("IPY_MODEL_"), {})
+            if layout.get("state", {}).get("visibility") == "hidden":
+                continue
+            text = _bar_text(state, view["model_id"])
+            if text is not None:
+                output["data"]["text/plain"] = text
+            kept.append(output)
+        if cell.cell_type == "code":
+            cell.outputs = kept
 
 
 def problems(notebook: Path, *, twin: bool = True) -> list[str]:

@@ -97,3 +97,5 @@ def test_collectives_on_two_processes():
     ddp = section["== DDP gradient of my half == gradient of the whole batch"]
     assert len(ddp) == 2 and all(": True (max diff" in line for line in ddp)
     assert "world_size=2 backend=gloo" in section["== identity"][1]
+    cost = section["== all_reduce milliseconds by tensor size (float32 values)"]
+    assert len(cost) == 2 and all(len(line.split(": ", 1)[1].split()) == 6 for line in cost)

@@ -77,3 +77,88 @@ def test_problems_detects_a_broken_notebook(tmp_path):
     nbformat.write(nb, path)
     found = " ".join(problems(path))
     assert "execution counts" in found and "error output" in found and "twin" in found
+
+
+#: Absolute paths of a build machine: home and temporary folders, CI work folders, Windows users.
+MACHINE_PATH = re.compile(r"(?<![\w.~-])(?:/(?:home|Users|tmp|root|work|private|var/folders|mnt|"
+                          r"opt|srv|builds|github/workspace)/\S+|[A-Za-z]:\\\\Users\\\\\S+)")
+#: A tqdm bar line, e.g. "epochs:  92%|█████████▏| 11/12 [...]".
+BAR = re.compile(r"(\d{1,3})%\|")
+
+
+def output_texts(nb) -> list[tuple[int, str]]:
+    """(code cell number, text) of every text a viewer shows from the stored outputs."""
+    found = []
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for number, cell in enumerate(code, start=1):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                found.append((number, output.get("text", "")))
+            for mime, value in output.get("data", {}).items():
+                if mime.startswith("text/"):
+                    found.append((number, value if isinstance(value, str) else "".join(value)))
+            if output.get("output_type") == "error":
+                found.append((number, "\n".join(output.get("traceback", []))))
+    return found
+
+
+def output_problems(nb, repo: Path = REPO) -> list[str]:
+    """Machine paths and unfinished progress bars in a notebook's stored outputs."""
+    found = []
+    for number, text in output_texts(nb):
+        for match in MACHINE_PATH.finditer(text.replace(str(repo), "/work/<repo>")):
+            found.append(f"code cell {number}: absolute path {match.group(0)[:80]!r}")
+        for line in text.split("\n"):
+            shown = line.split("\r")[-1]  # what a terminal-like viewer shows of a \r-updated line
+            bar = BAR.search(shown)
+            if bar and bar.group(1) != "100":
+                found.append(f"code cell {number}: unfinished progress bar {shown.strip()[:60]!r}")
+    return found
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=IDS)
+def test_stored_outputs_hold_no_machine_paths_and_no_unfinished_progress_bars(notebook):
+    assert output_problems(nbformat.read(notebook, as_version=4)) == [], \
+        "print paths relative to the repository (common.paths.display_path); rebuild with " \
+        "`python -m course.notebooks build`, which stores finished bars in their final state"
+
+
+def test_output_problems_finds_paths_and_frozen_bars():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x", outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text="data OK at /home/ana/repo/data\n"),
+        nbformat.v4.new_output("display_data", data={"text/plain": "epochs:   0%|   | 0/12"}),
+        nbformat.v4.new_output("stream", name="stderr", text="a:  50%|█ | 1/2\ra: 100%|██| 2/2\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="relative data/shapes, 1/2 done\n"),
+    ])])
+    found = output_problems(nb)
+    assert len(found) == 2, found
+    assert "/home/ana/repo/data" in found[0] and "0%" in found[1]
+    nb.cells[0].outputs[0].text = f"data OK at {REPO}/data\n"
+    assert any("absolute path" in f for f in output_problems(nb))
+
+
+def test_build_stores_the_final_state_of_progress_bars():
+    from course.notebooks import tidy_progress_bars
+
+    def model(name, **state):
+        return {"model_name": name, "state": state}
+
+    state = {"box": model("HBoxModel", children=["IPY_MODEL_l", "IPY_MODEL_p", "IPY_MODEL_r"],
+                          layout="IPY_MODEL_lay"),
+             "lay": model("LayoutModel"), "l": model("HTMLModel", value="epochs:\u2007100%"),
+             "p": model("FloatProgressModel", value=12.0, max=12.0),
+             "r": model("HTMLModel", value="\u200712/12\u2007[00:06&lt;00:00]"),
+             "hid": model("HBoxModel", children=["IPY_MODEL_l", "IPY_MODEL_p", "IPY_MODEL_r"],
+                          layout="IPY_MODEL_hlay"),
+             "hlay": model("LayoutModel", visibility="hidden")}
+    view = "application/vnd.jupyter.widget-view+json"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x", outputs=[
+        nbformat.v4.new_output("display_data", data={view: {"model_id": m},
+                                                     "text/plain": "epochs:   0%|  | 0/12"})
+        for m in ("box", "hid")])])
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": state}}
+    tidy_progress_bars(nb)
+    outputs = nb.cells[0].outputs
+    assert len(outputs) == 1, "a bar that leave=False hid is dropped"
+    assert outputs[0]["data"]["text/plain"] == "epochs: 100%|██████████| 12/12 [00:06<00:00]"
+    assert output_problems(nb) == []

@@ -61,3 +61,10 @@ def test_an_installed_copy_uses_the_user_cache_and_tools_say_what_to_do(tmp_path
                              capture_output=True, text=True, cwd=tmp_path, timeout=60,
                              env={**env, "COMPANION_REPO": str(REPO)}, check=False)
     assert pointed.returncode == 0 and "ex01_pytorch_basics.ipynb" in pointed.stdout
+
+
+def test_display_path_is_relative_inside_the_repository_and_short_outside(tmp_path):
+    from common.paths import display_path, repo_root
+
+    assert display_path(repo_root() / "chapters" / "x.ipynb") == "chapters/x.ipynb"
+    assert display_path(tmp_path / "a" / "b.txt") == "…/a/b.txt"

@@ -11,7 +11,7 @@
 # Five exercises, 10 points, from warm-up to challenging. They accompany `chapters/01_pytorch_basics.ipynb`.
 
 # %% [markdown]
-# ## How these exercises work (beyond the guide)
+# ## How these exercises work
 # Write your code in the cells that say `# YOUR CODE HERE` (replace the `raise NotImplementedError()`
 # or the `...`), run that cell, then run the check cell below it. A check cell prints
 # "not yet done" until you have answered, and fails with a message when something is wrong.

@@ -13,7 +13,7 @@
 # `02_2_transforms_augmentation.ipynb` and `02_3_custom_datasets.ipynb`.
 
 # %% [markdown]
-# ## How these exercises work (beyond the guide)
+# ## How these exercises work
 # Write your code in the cells that say `# YOUR CODE HERE` (replace the `raise NotImplementedError()`
 # or the `...`), run that cell, then run the check cell below it. A check cell prints
 # "not yet done" until you have answered, and fails with a message when something is wrong.
@@ -43,7 +43,7 @@ device = get_device()
 workdir = Path(tempfile.mkdtemp(prefix="ex02-"))
 tiny = SyntheticConfig(seed=1, num_train=12, num_val=6, min_size=24, max_size=40)
 data = ensure_data(workdir / "shapes", tiny, verbose=False)
-print(f"device {device}; {len(pd.read_csv(data.labels_csv('train')))} tiny training images in {data.root}")
+print(f"device {device}; {len(pd.read_csv(data.labels_csv('train')))} tiny training images in a temporary folder")
 
 # %% [markdown]
 # ## Exercise 1 — The Dataset protocol (§2.2.1 Dataset与DataLoader类) · 1 point

@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Chapter 3 exercises — Efficient data pipelines
-# **Guide sections:** beyond the guide (continues §2.1.2 数据管道在深度学习中的作用)
+# **Guide sections:** beyond the guide (it breaks off in §2.3.1); builds on §2.1.2 数据管道在深度学习中的作用
 # [Glossary / 术语表](../../GLOSSARY.md)
 # ## What you will learn
 # - Normalizing whole uint8 batches at once, with the same result as per-image `ToTensor` + `Normalize`.
@@ -12,7 +12,7 @@
 # Five exercises, 10 points, from warm-up to challenging. They accompany the efficient-pipelines chapter (03).
 
 # %% [markdown]
-# ## How these exercises work (beyond the guide)
+# ## How these exercises work
 # Write your code in the cells that say `# YOUR CODE HERE` (replace the `raise NotImplementedError()`
 # or the `...`), run that cell, then run the check cell below it. A check cell prints
 # "not yet done" until you have answered, and fails with a message when something is wrong.
@@ -51,10 +51,10 @@ device = get_device()
 workdir = Path(tempfile.mkdtemp(prefix="ex03-"))
 data = ensure_data(workdir / "shapes", SyntheticConfig(seed=2, num_train=12, num_val=6, min_size=24,
                                                        max_size=40), verbose=False)
-print(f"device {device}; tiny data in {data.root}")
+print(f"device {device}; tiny data in a temporary folder ({data.root.parent.name})")
 
 # %% [markdown]
-# ## Exercise 1 — Normalize a whole batch (beyond the guide) · 1 point
+# ## Exercise 1 — Normalize a whole batch · 1 point
 # Write `normalize_batch(images, mean, std)`: `images` is a uint8 tensor `(B, 3, H, W)`; return
 # float32 `(images / 255 - mean) / std` per channel, for all images at once (broadcasting), without
 # modifying `images`. It must match `ToDtype(float32, scale=True)` + `Normalize(mean, std)` per image.
@@ -87,7 +87,7 @@ assert torch.allclose(out, expected, atol=1e-6), "wrong values for another mean/
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 2 — An index that does not grow in every worker (beyond the guide) · 2 points
+# ## Exercise 2 — An index that does not grow in every worker · 2 points
 # A dataset that keeps its samples as a Python list of `(path, label)` tuples makes every DataLoader
 # worker slowly copy that list: reading a Python object writes its reference count, and the
 # copy-on-write pages are duplicated per worker. Write `CompactDataset(samples)` that keeps the
@@ -136,7 +136,7 @@ assert [ds[i] for i in range(50)] == samples, "every sample must come back uncha
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 3 — A spawn-safe random transform (beyond the guide) · 2 points
+# ## Exercise 3 — A spawn-safe random transform · 2 points
 # With the `spawn` start method (macOS and Windows default) each worker receives a pickled copy of
 # the dataset and its transforms, so a transform must be picklable (a class with plain attributes,
 # no lambdas), and its randomness must come from `torch`'s global generator, which the DataLoader
@@ -190,7 +190,7 @@ assert transform(torch.ones(3, 2, 2)).max() <= 1 and transform(torch.zeros(3, 2,
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 4 — How long does the loop wait for data? (beyond the guide) · 2 points
+# ## Exercise 4 — How long does the loop wait for data? · 2 points
 # Write `data_wait_fraction(loader, step, *, clock=time.perf_counter)`: iterate over `loader`, call
 # `step(batch)` for every batch, and return the fraction of the total time spent waiting for the next
 # batch (inside `next(...)` on the loader's iterator, including the final wait that ends the loop).
@@ -257,7 +257,7 @@ assert data_wait_fraction(slow_loader(clock, 3, 0.0), step, clock=clock) == 0.0,
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 5 — Decode once: a uint8 memory-mapped cache (beyond the guide) · 3 points
+# ## Exercise 5 — Decode once: a uint8 memory-mapped cache · 3 points
 # Decoding JPEGs every epoch is often the slowest stage. Write `build_cache(dataset, path, *, size)`:
 # `dataset[i]` is `(PIL image, label)`; resize each image once with `image.resize((size, size))`,
 # write all of them into a raw `np.memmap` file at `path` of shape `(N, size, size, 3)` and dtype

@@ -1,9 +1,9 @@
 # %% [markdown]
 # # Chapter 4 exercises — Distributed training with DDP
-# **Guide sections:** beyond the guide (continues §2.1.2 数据管道在深度学习中的作用)
+# **Guide sections:** beyond the guide (it breaks off in §2.3.1); builds on §2.2.1 Dataset与DataLoader类, toward the title's 分布式训练
 # [Glossary / 术语表](../../GLOSSARY.md)
 # ## What you will learn
-# - How `DistributedSampler` splits a dataset across ranks, and why `set_epoch` matters.
+# - How `DistributedSampler` splits a dataset across ranks, and a `torchrun` script fixed: `set_epoch`, reduced metrics, one rank saving.
 # - What DDP's all-reduce does to gradients, simulated in one process.
 # - Snapshots that are written atomically and resume a run exactly.
 # - Gradient accumulation that equals the full-batch step, even with an uneven last micro-batch.
@@ -12,7 +12,7 @@
 # here runs in this one process: the functions are the pieces a `torchrun` script is made of.
 
 # %% [markdown]
-# ## How these exercises work (beyond the guide)
+# ## How these exercises work
 # Write your code in the cells that say `# YOUR CODE HERE` (replace the `raise NotImplementedError()`
 # or the `...`), run that cell, then run the check cell below it. A check cell prints
 # "not yet done" until you have answered, and fails with a message when something is wrong.
@@ -25,6 +25,9 @@
 # %%
 import copy
 import os
+import re
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -38,10 +41,12 @@ from course.assignments import checks
 seed_everything(0)
 device = get_device()
 workdir = Path(tempfile.mkdtemp(prefix="ex04-"))
-print(f"device {device}; working folder {workdir}")
+WORK = Path("ex04_work")  # the scripts of Exercise 2 (git-ignored)
+WORK.mkdir(exist_ok=True)
+print(f"device {device}; temporary working folder {workdir.name}")
 
 # %% [markdown]
-# ## Exercise 1 — Splitting indices across ranks (beyond the guide) · 1 point
+# ## Exercise 1 — Splitting indices across ranks · 1 point
 # Write `shard_indices(n, *, rank, world_size)` without using `DistributedSampler`: the indices rank
 # `rank` reads from a dataset of `n` samples when nothing is shuffled. Every rank must get the same
 # number of indices, so the list `0 .. n-1` is first padded by repeating it from its beginning
@@ -71,37 +76,171 @@ for n, world_size in ((1, 3), (7, 2), (12, 3), (5, 5)):
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 2 — A new order every epoch (beyond the guide) · 2 points
-# Write `epoch_order(n, *, rank, world_size, seed, epoch)`: the indices rank `rank` visits in epoch
-# `epoch` with a shuffling `DistributedSampler(..., shuffle=True, seed=seed)`. Use the sampler, and do
-# what a training loop must do at the start of every epoch so that the order changes between epochs.
+# ## Exercise 2 — Fix a broken DDP script · 2 points
+# The script below trains a tiny model on 64 samples with DDP, and runs without an error — but it has three
+# bugs: every epoch repeats the same shuffle, the printed sample counts and accuracies are rank 0's alone,
+# and every rank writes `model.pt` (at the same time, to the same file). The next cell writes it to
+# `ex04_work/broken_ddp.py` (git-ignored); the one after runs it on 2 processes with `torchrun`.
+
+# %%
+# %%writefile ex04_work/broken_ddp.py
+"""A DDP training script with three bugs.
+
+    torchrun --standalone --nproc_per_node=2 broken_ddp.py --out FOLDER
+"""
+
+import argparse
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    try:
+        torch.manual_seed(0)
+        features = torch.randn(64, 4)
+        dataset = TensorDataset(features, (features.sum(1) > 0).long(), torch.arange(64))
+        sampler = DistributedSampler(dataset, shuffle=True, seed=0)
+        loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+        model = DDP(nn.Linear(4, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        for epoch in range(3):
+            correct, seen, first = 0, 0, None
+            for inputs, labels, indices in loader:
+                first = indices.tolist() if first is None else first
+                optimizer.zero_grad()
+                logits = model(inputs)
+                nn.functional.cross_entropy(logits, labels).backward()
+                optimizer.step()
+                correct += (logits.argmax(1) == labels).sum().item()
+                seen += len(labels)
+            if rank == 0:
+                print(f"epoch {epoch}: {seen} samples, accuracy {correct / seen:.2f}, first indices {first}")
+        torch.save(model.module.state_dict(), args.out / "model.pt")
+        print(f"rank {rank}: saved model.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+
+# %% [markdown]
+# `run_ddp` starts a script like that under `torchrun --standalone --nproc_per_node=2` and returns what
+# the ranks printed. Read what the broken script prints: 32 samples per epoch, the same first batch every
+# epoch, and two ranks saving.
+
+# %%
+def run_ddp(script: Path, out: Path) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+               str(script), "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
+    if "NotImplementedError" in done.stderr:
+        raise NotImplementedError(f"{script.name} still raises NotImplementedError")
+    assert done.returncode == 0, f"{script.name} failed:\n{done.stderr[-1500:]}"
+    return done.stdout
+
+
+print(run_ddp(WORK / "broken_ddp.py", WORK / "broken"))
+
+# %% [markdown]
+# Write the corrected script into `ex04_work/fixed_ddp.py`: the answer cell writes the text of
+# `fixed_script` there. Copy the script above between its `'''` quotes and fix it. Call `sampler.set_epoch(epoch)` at the start of every epoch,
+# sum `correct` and `seen` over the ranks with `dist.all_reduce` before rank 0 prints them, and let only
+# rank 0 save (and print `rank 0: saved model.pt`). Keep the printed lines as they are.
 
 # %% nbgrader={"grade": false, "grade_id": "ex2-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
-def epoch_order(n: int, *, rank: int, world_size: int, seed: int, epoch: int) -> list[int]:
-    ### BEGIN SOLUTION
-    sampler = DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
-    sampler.set_epoch(epoch)
-    return list(sampler)
-    ### END SOLUTION
+fixed_script = '''
+### BEGIN SOLUTION
+"""A DDP training script, fixed: a new shuffle every epoch, reduced counts, rank 0 saves.
 
+    torchrun --standalone --nproc_per_node=2 fixed_ddp.py --out FOLDER
+"""
+
+import argparse
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    try:
+        torch.manual_seed(0)
+        features = torch.randn(64, 4)
+        dataset = TensorDataset(features, (features.sum(1) > 0).long(), torch.arange(64))
+        sampler = DistributedSampler(dataset, shuffle=True, seed=0)
+        loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+        model = DDP(nn.Linear(4, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        for epoch in range(3):
+            sampler.set_epoch(epoch)  # a new shuffle every epoch
+            correct, seen, first = 0, 0, None
+            for inputs, labels, indices in loader:
+                first = indices.tolist() if first is None else first
+                optimizer.zero_grad()
+                logits = model(inputs)
+                nn.functional.cross_entropy(logits, labels).backward()
+                optimizer.step()
+                correct += (logits.argmax(1) == labels).sum().item()
+                seen += len(labels)
+            totals = torch.tensor([correct, seen])
+            dist.all_reduce(totals)  # counts of all ranks
+            correct, seen = totals.tolist()
+            if rank == 0:
+                print(f"epoch {epoch}: {seen} samples, accuracy {correct / seen:.2f}, first indices {first}")
+        if rank == 0:  # one rank writes the file
+            torch.save(model.module.state_dict(), args.out / "model.pt")
+            print(f"rank {rank}: saved model.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+### END SOLUTION
+'''
+(WORK / "fixed_ddp.py").write_text(fixed_script)
+print(f"wrote {WORK / 'fixed_ddp.py'}: {len(fixed_script.splitlines())} lines")
 
 # %% nbgrader={"grade": true, "grade_id": "ex2-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 with checks("Exercise 2"):
-    first = epoch_order(12, rank=0, world_size=2, seed=7, epoch=0)
-    second = epoch_order(12, rank=0, world_size=2, seed=7, epoch=1)
-    assert len(first) == 6, f"each of 2 ranks visits 6 of 12 samples, got {len(first)}"
-    assert first != second, "epochs 0 and 1 gave the same order: call sampler.set_epoch(epoch)"
+    printed = run_ddp(WORK / "fixed_ddp.py", WORK / "fixed")
+    epochs = re.findall(r"^epoch (\d+): (\d+) samples, accuracy [\d.]+, first indices (\[.*\])$", printed, re.M)
+    assert len(epochs) == 3, f"expected one line per epoch from rank 0, got:\n{printed}"
+    assert all(int(n) == 64 for _, n, _ in epochs), "each epoch covers all 64 samples: all_reduce the counts"
+    assert epochs[0][2] != epochs[1][2], "epochs 0 and 1 start with the same batch: call sampler.set_epoch"
+    saves = re.findall(r"^rank (\d+): saved model.pt$", printed, re.M)
+    assert saves == ["0"], f"only rank 0 may save; saved by ranks {saves}"
 ### BEGIN HIDDEN TESTS
-for epoch in (0, 3):
-    ranks = [epoch_order(12, rank=r, world_size=3, seed=1, epoch=epoch) for r in range(3)]
-    assert sorted(i for order in ranks for i in order) == list(range(12)), "ranks must cover every index once"
-    assert ranks[0] == epoch_order(12, rank=0, world_size=3, seed=1, epoch=epoch), "same epoch, same order"
-assert epoch_order(12, rank=0, world_size=3, seed=1, epoch=2) != \
-    epoch_order(12, rank=0, world_size=3, seed=2, epoch=2), "the seed must matter"
+state = torch.load(WORK / "fixed" / "model.pt", weights_only=True)
+assert sorted(state) == ["bias", "weight"], "save the plain model (model.module.state_dict())"
+assert "destroy_process_group" in (WORK / "fixed_ddp.py").read_text(), "leave the process group"
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 3 — What the all-reduce does (beyond the guide) · 2 points
+# ## Exercise 3 — What the all-reduce does · 2 points
 # In DDP every rank computes gradients on its own part of the batch, and an all-reduce replaces each
 # gradient by the mean over ranks. Simulate that in one process: write `average_gradients(replicas)`
 # for a list of identical models after `backward()`, setting every parameter's `.grad` in every
@@ -148,7 +287,7 @@ for p, *qs in zip(model.parameters(), *(r.parameters() for r in replicas), stric
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 4 — Snapshots that resume exactly (beyond the guide) · 3 points
+# ## Exercise 4 — Snapshots that resume exactly · 3 points
 # Write `save_snapshot(path, *, model, optimizer, epoch, step)` and
 # `load_snapshot(path, *, model, optimizer)`. Saving must be atomic: write to a temporary file in
 # the same folder, then `os.replace` it onto `path`, so that a crash (or an error) while saving never
@@ -238,7 +377,7 @@ assert sorted(p.name for p in workdir.iterdir() if "missing" not in p.name) == [
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 5 — Gradient accumulation that equals the big batch (beyond the guide) · 2 points
+# ## Exercise 5 — Gradient accumulation that equals the big batch · 2 points
 # Write `accumulated_step(model, optimizer, images, labels, *, micro_batch)`: zero the gradients,
 # run the batch in micro-batches of `micro_batch` samples (the last one may be smaller), call
 # `backward()` once per micro-batch, then take a single `optimizer.step()`. The result must equal one

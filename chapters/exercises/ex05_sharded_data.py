@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Chapter 5 exercises — Sharded, streaming datasets
-# **Guide sections:** beyond the guide (continues §2.1.2 数据管道在深度学习中的作用)
+# **Guide sections:** beyond the guide (it breaks off in §2.3.1); builds on §2.1.2 数据管道在深度学习中的作用
 # [Glossary / 术语表](../../GLOSSARY.md)
 # ## What you will learn
 # - Splitting shards across ranks and DataLoader workers so that every shard is read exactly once.
@@ -8,10 +8,10 @@
 # - Reading shards safely: no path traversal, no links.
 # - A bounded shuffle buffer, and equal sample counts per rank so that DDP never waits forever.
 #
-# Five exercises, 10 points, from warm-up to challenging. They accompany the sharded-datasets chapter (05).
+# Six exercises, 10 points, from warm-up to challenging (the last one starts worker processes). They accompany the sharded-datasets chapter (05).
 
 # %% [markdown]
-# ## How these exercises work (beyond the guide)
+# ## How these exercises work
 # Write your code in the cells that say `# YOUR CODE HERE` (replace the `raise NotImplementedError()`
 # or the `...`), run that cell, then run the check cell below it. A check cell prints
 # "not yet done" until you have answered, and fails with a message when something is wrong.
@@ -28,18 +28,28 @@ import tempfile
 from pathlib import Path
 
 import torch
+from torch.utils.data import DataLoader
 
-from common import get_device, seed_everything
+from common import (
+    CustomImageDataset,
+    ShardedImageDataset,
+    V2EvalPreset,
+    ensure_data,
+    get_device,
+    seed_everything,
+)
+from common.shards import ensure_shards, read_manifest
+from common.synthetic import SyntheticConfig
 from course.assignments import checks
 
 seed_everything(0)
 device = get_device()
 workdir = Path(tempfile.mkdtemp(prefix="ex05-"))
 samples = [(f"img_{i:05d}", bytes([i % 256]) * (10 + i), i % 6) for i in range(23)]
-print(f"device {device}; {len(samples)} tiny samples (key, bytes, label); working folder {workdir}")
+print(f"device {device}; {len(samples)} tiny samples (key, bytes, label); temporary working folder {workdir.name}")
 
 # %% [markdown]
-# ## Exercise 1 — Every shard exactly once (beyond the guide) · 1 point
+# ## Exercise 1 — Every shard exactly once · 1 point
 # With `world_size` ranks and `num_workers` DataLoader workers per rank there are
 # `world_size * max(num_workers, 1)` consumers (`num_workers=0` means the main process reads, as one
 # worker with id 0). Write `shards_for(shards, *, rank, world_size, worker_id, num_workers)`: consumer
@@ -77,7 +87,7 @@ for world_size in (1, 2, 3):
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 2 — Writing shards (beyond the guide) · 2 points
+# ## Exercise 2 — Writing shards · 2 points
 # Write `write_shards(samples, out_dir, *, samples_per_shard)` for `(key, jpeg_bytes, label)` samples
 # (create `out_dir` if it does not exist): shard `k` is `out_dir/shard-{k:05d}.tar`, holding, in
 # order, `<key>.jpg` (the bytes) and `<key>.cls` (the label as ASCII digits) for its samples. The same input must give byte-identical files, so set
@@ -121,7 +131,7 @@ with tarfile.open(paths[2]) as tar:
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 3 — Reading a shard safely (beyond the guide) · 2 points
+# ## Exercise 3 — Reading a shard safely · 2 points
 # Shards come from elsewhere: a member could be named `../../etc/passwd`, be absolute, or be a link.
 # Write `read_shard(path)` that yields `(key, jpeg_bytes, label)`, with `label` an `int`, for each
 # `<key>.jpg` / `<key>.cls` pair (in order), and raises `ValueError` naming the shard and the member for any member that is not
@@ -180,7 +190,7 @@ assert refuses(shard_with([("dir/a.jpg", b"x")], workdir / "nested.tar")), "name
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 4 — A bounded shuffle buffer (beyond the guide) · 3 points
+# ## Exercise 4 — A bounded shuffle buffer · 2 points
 # A stream cannot be shuffled as a whole. Write the generator `shuffle_buffer(items, *, buffer_size,
 # generator)`: fill a buffer with the first `buffer_size` items; then, for every further item, pick a
 # random position `j` in the buffer (`torch.randint(len(buffer), (1,), generator=generator)`), yield
@@ -204,7 +214,7 @@ def shuffle_buffer(items, *, buffer_size: int, generator: torch.Generator):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "ex4-tests", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "ex4-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 with checks("Exercise 4"):
     out = list(shuffle_buffer(range(50), buffer_size=8, generator=torch.Generator().manual_seed(0)))
     assert sorted(out) == list(range(50)), "every item exactly once"
@@ -235,7 +245,7 @@ assert list(shuffle_buffer(range(3), buffer_size=10, generator=torch.Generator()
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 5 — Equal shares, so that no rank waits forever (beyond the guide) · 2 points
+# ## Exercise 5 — Equal shares, so that no rank waits forever · 2 points
 # Shards are rarely equal. If rank 0 has 9 samples and rank 1 has 3, rank 1 finishes early and rank 0
 # waits forever in its next all-reduce. Write `equal_share(counts, *, world_size)` for per-shard sample
 # counts, with shards assigned to ranks as `counts[rank::world_size]`: return
@@ -269,12 +279,57 @@ else:
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# ## Exercise 6 — Every sample once, read by spawned workers · 1 point
+# With the `spawn` start method (the default on macOS and Windows) each DataLoader worker is a fresh
+# Python process that receives the dataset *pickled* and imports everything it needs by module and name:
+# a lambda, or a class or function defined in this notebook, cannot reach it. The next cell writes 24 tiny
+# images into 4 shards of 6. Write `spawn_loader(manifest, *, num_workers)`: a `DataLoader` with batches
+# of 4 over a `ShardedImageDataset` of those shards, without shuffling or padding (`shuffle=False`,
+# `equalize="none"`), that yields 32×32 normalized images (use a preset from `common`, e.g.
+# `V2EvalPreset(resize_size=32, crop_size=32)`), with `num_workers` workers started by `spawn`
+# (`multiprocessing_context="spawn"`). The check reads one epoch with 2 workers: every sample exactly once.
+
+# %%
+tiny = ensure_data(workdir / "shapes", SyntheticConfig(seed=5, num_train=24, num_val=6, min_size=40, max_size=60),
+                   verbose=False)
+source = CustomImageDataset(tiny.labels_csv("train"), tiny.images_dir("train"))
+tiny_manifest = ensure_shards([(source.path(i), int(source.labels[i])) for i in range(len(source))],
+                              workdir / "shards", shard_size=6, classes=tiny.classes)
+print(f"{len(source)} images in {len(read_manifest(tiny_manifest))} shards")
+
+# %% nbgrader={"grade": false, "grade_id": "ex6-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def spawn_loader(manifest, *, num_workers: int) -> DataLoader:
+    ### BEGIN SOLUTION
+    dataset = ShardedImageDataset(manifest, V2EvalPreset(resize_size=32, crop_size=32), shuffle=False,
+                                  equalize="none")
+    return DataLoader(dataset, batch_size=4, num_workers=num_workers, multiprocessing_context="spawn")
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex6-tests", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+with checks("Exercise 6"):
+    loader = spawn_loader(tiny_manifest, num_workers=2)
+    assert loader.num_workers == 2, "start num_workers worker processes"
+    context = loader.multiprocessing_context
+    assert context is not None and context.get_start_method() == "spawn", 'multiprocessing_context="spawn"'
+    batches = list(loader)
+    images = torch.cat([images for images, _ in batches])
+    labels = sorted(int(label) for _, batch_labels in batches for label in batch_labels)
+    assert images.shape == (24, 3, 32, 32), f"24 images of 3x32x32 once each, got {tuple(images.shape)}"
+    assert labels == sorted(int(label) for label in source.labels), "every sample exactly once"
+### BEGIN HIDDEN TESTS
+assert images.dtype == torch.float32 and images.min() < 0, "normalized float images (mean subtracted)"
+assert isinstance(loader.dataset, ShardedImageDataset), "read the shards with ShardedImageDataset"
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Summary
 # - Consumers are (rank, worker) pairs; striding shards over them reads each shard exactly once.
 # - Deterministic tar shards: fixed member order and metadata give byte-identical files.
 # - Read untrusted shards member by member, refusing links and path tricks, extracting nothing.
 # - A shuffle buffer trades memory for randomness; its order depends only on the seed.
 # - Equal per-rank sample counts (drop the excess) keep DDP's collectives in step.
+# - Under `spawn`, workers get the dataset pickled and import the rest: everything they need lives in a module.
 #
 # ## Exercises
 # Further practice, not graded: combine `shards_for`, `read_shard` and `shuffle_buffer` in an

@@ -99,6 +99,30 @@ def demo_ddp_gradients(info: DistInfo) -> None:
           f"{torch.allclose(grad, expected, atol=1e-6)} (max diff {(grad - expected).abs().max():.1e})")
 
 
+#: Tensor sizes (float32 values) whose all-reduce time ``demo_allreduce_cost`` measures.
+COST_SIZES = (2**8, 2**12, 2**16, 2**18, 2**20, 2**22)
+
+
+def demo_allreduce_cost(info: DistInfo, *, repeats: int = 5) -> None:
+    """Median seconds of one ``all_reduce`` per tensor size, printed as ``size:ms`` pairs.
+
+    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    """
+    timings = []
+    for size in COST_SIZES:
+        values = torch.ones(size, device=info.device)
+        seconds = []
+        for _ in range(repeats + 1):  # the first call sets up buffers: not counted
+            if info.initialized:
+                dist.barrier()
+            started = time.perf_counter()
+            if info.initialized:
+                dist.all_reduce(values)
+            seconds.append(time.perf_counter() - started)
+        timings.append(f"{size}:{1e3 * sorted(seconds[1:])[repeats // 2]:.3f}")
+    _show(info, "all_reduce milliseconds by tensor size (float32 values)", " ".join(timings))
+
+
 @dataclass
 class DemoConfig:
     """``python -m common.ddp.collectives_demo`` takes no options (run it under torchrun)."""
@@ -115,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         demo_identity(info)
         demo_collectives(info)
         demo_ddp_gradients(info)
+        demo_allreduce_cost(info)
     finally:
         cleanup_distributed()
     return 0
