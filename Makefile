@@ -60,8 +60,13 @@ translations: $(STAMP) ## Update chapters/zh/po/*.po from the English notebooks,
 	$(BIN)/python -m course.translate build
 	$(BIN)/python -m course.translate status
 
-bench: data ## Measure images/s of each pipeline formulation; writes build/bench/
-	$(BIN)/python -m common.fast.benchmark --out build/bench
+# make bench SIZE=3840 measures a 3,840-image dataset (generated once under build/bench/3840/data).
+SIZE ?= 0
+BENCH_OUT := build/bench$(if $(filter-out 0,$(SIZE)),/$(SIZE))
+BENCH_SIZE := $(if $(filter-out 0,$(SIZE)),--size $(SIZE) --max-images 640)
+bench: data ## Measure images/s of each pipeline and the shard reader (SIZE=N: an N-image dataset); writes build/bench/
+	$(BIN)/python -m common.fast.benchmark --out $(BENCH_OUT) $(BENCH_SIZE)
+	$(BIN)/python -m common.shards.bench --out build/bench/shards
 
 assignments: $(STAMP) ## Write student versions of the exercise notebooks to build/assignments/
 	$(BIN)/python -m course.assignments build --out build/assignments
@@ -79,7 +84,7 @@ system-deps: ## Install Chromium + CJK fonts (site browser test) and bubblewrap 
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium fonts-noto-cjk bubblewrap
 
-bench-ddp: $(STAMP) ## Measure DDP samples/s on 1 vs 2 CPU ranks side by side (scaling ratio)
+bench-ddp: $(STAMP) ## DDP samples/s side by side: 1 rank, 1 rank + 1 worker, 2 ranks strong and weak
 	$(BIN)/python -m common.ddp.bench
 
 bench-fsdp: $(STAMP) ## Measure FSDP vs DDP on 2 CPU ranks side by side (samples/s and bytes per rank)

@@ -1,41 +1,52 @@
 # %% [markdown]
 # # Chapter 3.1 — Efficient pipelines: measure where the time goes, then make the loader fast
-# **Guide sections:** beyond the guide (continues §2.1.2 数据管道在深度学习中的作用 · §2.2.1 Dataset与DataLoader类)
+# **Guide sections:** §2 构建高效的数据管道 · §2.1 数据管道的概念与重要性 (§2.1.2 数据管道在深度学习中的作用) · §2.2 PyTorch中的数据加载与预处理 (§2.2.1 Dataset与DataLoader类, §2.2.2 数据增强与归一化).
+# The guide states the goal (data flows to the model without waiting); everything measured and
+# built in this notebook goes beyond the guide.
 # [Glossary / 术语表](../GLOSSARY.md)
 # ## What you will learn
-# - How long each stage of the guide's pipeline takes (read, decode, resize, crop, to-tensor, normalize, collate, copy), measured
-# - What `num_workers`, `persistent_workers`, `prefetch_factor`, batch size and `pin_memory` do, measured on your machine
-# - Faster formulations that produce the *same* normalized batch: uint8 until the batch exists, JPEG draft mode, a decode-once uint8 cache, batched `__getitems__`
-# - When worker processes help and when moving batches between processes costs more than it saves
-# - Why an index kept as a Python list makes every worker grow (copy-on-read), and why a NumPy index does not
-# - How to read a training loop's *data-wait fraction*, and how a tuned loader brings it near zero
+# - How long each stage of the guide's pipeline takes, with a hand-made stage timer and with `torch.profiler`
+# - What `num_workers`, `persistent_workers` and `prefetch_factor` do, measured on your machine
+# - Four changes that keep the *same* normalized batch, each written here in a few lines and measured:
+#   uint8 until the batch exists with normalization last, JPEG draft mode, a batched `__getitems__`
+#   (and what the `Dataset` contract asks of it), a decode-once uint8 memmap cache
+# - The `common.fast` versions of the same code, and the benchmark that compares them with a measured limit
+# - When the cache pays for itself, counting the time to build it
+# - Why an index kept as a Python list makes every worker grow (copy-on-read), and how to read a loop's data-wait fraction
 
 # %% [markdown]
 # Imports (standard library, third party, then `common`), the seed and the device. Everything a
-# DataLoader worker runs lives in `common` (`fastdata`, `cache`, `memory`, `profiling`,
-# `benchmark`), so workers can import it under any start method.
+# DataLoader worker runs lives in `common`, so workers can import it under any start method;
+# the inline versions below run in this process only.
 #
 # One more setting, visibly: one intra-op thread for PyTorch in this process. DataLoader
 # gives each worker one thread too; with more, PyTorch's thread pool competes with the
-# workers for the same few cores (and on a busy machine its threads wait on each other),
-# which makes every measurement below slower and noisier. It is itself a knob worth trying.
+# workers for the same few cores, which makes every measurement below slower and noisier.
 
 # %%
+import functools
+import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import torch
+from PIL import Image
 from torch import nn
-from torch.utils.data import DataLoader, Subset
-from tqdm.auto import tqdm
+from torch.profiler import ProfilerActivity, profile, record_function
+from torch.utils.data import DataLoader, Dataset, StackDataset, Subset
+from torchvision.transforms import v2
+from tqdm.std import tqdm
 
 from common import (
     ClassicEvalPreset,
     CustomImageDataset,
     SmallCNN,
+    V2EvalPreset,
     describe_device,
     ensure_data,
     get_device,
@@ -44,6 +55,7 @@ from common import (
 from common.fast.benchmark import BenchConfig, run_benchmark, time_epochs, verdict
 from common.fast.benchmark import plot as plot_benchmark
 from common.fast.cache import CacheConfig, CachedImageDataset, ensure_cache
+from common.fast.costs import epochs_curve, formulations
 from common.fast.memory import (
     ArrayIndexDataset,
     ListIndexDataset,
@@ -53,38 +65,52 @@ from common.fast.memory import (
 from common.fast.pipeline import (
     BatchNormalize,
     BatchRandomFlip,
+    CacheLoader,
     DraftPilDecoder,
-    NormalizedLoader,
     Uint8EvalDataset,
+    decode_tensor,
     make_fast_loader,
 )
-from common.fast.profiling import DataWaitMeter, time_stages
+from common.fast.profiling import DataWaitMeter, native_stderr_silenced, time_stages
 
 generator = seed_everything(0)
 device = get_device()
 torch.set_num_threads(1)
 cores = os.cpu_count()
 build = Path("../build/ch03")
+# Text bars: the stored output ends in the finished state (a widget bar stores only its first).
+progress = functools.partial(tqdm, file=sys.stdout, mininterval=30, ascii=True)
 print(describe_device(device), "| CPU cores:", cores)
 
 # %% [markdown]
-# ## The guide's pipeline on our data (beyond the guide — continues §2.2.1 Dataset与DataLoader类)
-# The guide's eval pipeline: `CustomImageDataset` (§2.2.1) decodes a JPEG with PIL, then
-# `Resize(256)`, `CenterCrop(224)`, `ToTensor` (§2.2.1) and `Normalize` with the ImageNet statistics
-# (added in §2.2.2 数据增强与归一化) run on each sample. `ClassicEvalPreset` is exactly that `Compose`. To keep this notebook quick we use the first
-# 192 of the 960 training images; every measurement below uses the same files.
+# ## §2.2 PyTorch中的数据加载与预处理 — the guide's pipeline on our data
+# The guide's eval pipeline: `CustomImageDataset` (§2.2.1 Dataset与DataLoader类) decodes a JPEG with
+# PIL, then `Resize(256)`, `CenterCrop(224)`, `ToTensor` and `Normalize` with the ImageNet
+# statistics (§2.2.2 数据增强与归一化) run on each sample. `ClassicEvalPreset` is exactly that
+# `Compose`; `V2EvalPreset` is the same with the current API, `transforms.v2`, where `ToImage`
+# makes a uint8 tensor and `ToDtype(torch.float32, scale=True)` replaces `ToTensor`'s `/ 255`.
+# To keep this notebook quick we use the first 192 of the 960 training images.
 
 # %%
-data = ensure_data()
+data = ensure_data(verbose=False)
 csv, images_dir = data.labels_csv("train"), data.images_dir("train")
 guide = CustomImageDataset(csv, images_dir, ClassicEvalPreset())
 subset = list(range(192))
 image, label = guide[0]
 assert image.shape == (3, 224, 224) and image.dtype == torch.float32
-print(guide.transform, "\n", len(subset), "images")
+print("classic:", guide.transform, "\nv2:     ", V2EvalPreset(), "\n", len(subset), "images")
 
 # %% [markdown]
-# ## Where the time goes (§2.1.2 数据管道在深度学习中的作用)
+# Both presets give the same tensor to within the difference of their resize implementations:
+
+# %%
+v2_image = V2EvalPreset()(Image.open(guide.path(0)).convert("RGB"))
+preset_gap = (v2_image - image).abs().max().item()
+assert preset_gap < 0.1
+print(f"max |classic - v2| = {preset_gap:.4f} (normalized units)")
+
+# %% [markdown]
+# ## §2.1 数据管道的概念与重要性 — where the time goes
 # §2.1.2 asks that data flow to the model without waiting. First find out what a sample costs.
 # `time_stages` runs the guide's pipeline one stage at a time over 96 images and reports
 # milliseconds per image.
@@ -95,10 +121,7 @@ assert list(stages["stage"])[:2] == ["read", "decode"]
 stages.round(3)
 
 # %% [markdown]
-# As a chart. On our 2-core test machine decoding the JPEG and resizing it took 60-70% of the
-# time, and `ToTensor` plus `Normalize` (float maths on 150,528 values per image, done per sample)
-# 20-30%; the cell prints the shares on yours. Reading the file (from the page cache) and collating
-# are small; on a CPU-only machine the copy "to the device" is a no-op.
+# As a chart, with the shares this machine measured printed below it.
 
 # %%
 figure, axis = plt.subplots(figsize=(7, 2.8))
@@ -111,22 +134,67 @@ print(f"decode + resize: {share['decode'] + share['resize']:.0%}, "
       f"to_tensor + normalize: {share['to_tensor'] + share['normalize']:.0%}")
 
 # %% [markdown]
-# ## The knobs of `DataLoader` (beyond the guide — continues §2.2.1 Dataset与DataLoader类)
+# ### The same question asked of `torch.profiler`
+# The stage timer runs the stages one by one. The profiler watches a real training step with
+# a data-bound loader (the guide's pipeline at a 64 px training size, `num_workers=0`):
+# `record_function` marks the wait for the next batch and the model step, and the profiler
+# adds every PyTorch op underneath. (`native_stderr_silenced` hides the trace lines the
+# profiler's C++ library prints on its own; see its docstring.)
+
+# %%
+guide_64 = CustomImageDataset(csv, images_dir, ClassicEvalPreset(resize_size=72, crop_size=64))
+profile_loader = DataLoader(Subset(guide_64, subset[:48]), batch_size=16)
+model = SmallCNN()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+with native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU]) as prof:
+    batches = iter(profile_loader)
+    for _ in range(3):
+        with record_function("data: next(loader)"):
+            images, labels = next(batches)
+        with record_function("step: forward+backward+update"):
+            optimizer.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(model(images), labels).backward()
+            optimizer.step()
+averages = pd.DataFrame([{"name": e.key, "calls": e.count, "cpu_ms": e.cpu_time_total / 1e3}
+                         for e in prof.key_averages()])
+top = averages.sort_values("cpu_ms", ascending=False).head(8).reset_index(drop=True)
+top.round(1)
+
+# %% [markdown]
+# The picture: each step's wait for data (grey) against its compute (blue), from the
+# profiler's own events. The share printed below is the data-wait fraction of these steps.
+
+# %%
+spans = [(e.name, e.time_range.start / 1e3, e.time_range.elapsed_us() / 1e3)
+         for e in prof.events() if e.name.startswith(("data:", "step:"))]
+origin = min(start for _, start, _ in spans)
+figure, axis = plt.subplots(figsize=(7, 1.6))
+for name, start, length in spans:
+    axis.broken_barh([(start - origin, length)], (0, 1),
+                     color="tab:gray" if name.startswith("data") else "tab:blue")
+axis.set_yticks([])
+axis.set_xlabel("ms (grey: waiting for the batch, blue: training step)")
+plt.show()
+waiting = sum(length for name, _, length in spans if name.startswith("data"))
+profiled_wait = waiting / sum(length for _, _, length in spans)
+assert profiled_wait > 0.3  # the guide's pipeline in-process is data-bound here
+print(f"data-wait fraction of the profiled steps: {profiled_wait:.0%}")
+
+# %% [markdown]
+# ## §2.2.1 Dataset与DataLoader类 — the knobs of `DataLoader`
 # The guide says `DataLoader` "支持多线程加载" (loads with several threads), and then that
 # `num_workers` is the number of *processes* (进程数). The second is right: each worker is a separate
-# process with its own copy of the dataset object, and every batch it makes is sent back to the main
-# process. That is why workers can use several cores despite Python's GIL, and also why they cost
-# something. The guide sets `num_workers=4`; whether that helps depends on the machine, so measure.
+# process with its own copy of the dataset object. That is why workers can use several cores
+# despite Python's GIL, and also why they cost something.
 #
-# Timing helper: `time_epochs(loader, n, min_seconds=0)` runs one epoch and returns images/s.
-# First `num_workers` from 0 up to the core count (at most 4 here), with and without
-# `persistent_workers` (workers kept alive between epochs), two epochs of 96 images each.
-# Epoch 1 pays for starting the workers.
+# `time_epochs(loader, n, min_seconds=0)` runs one epoch and returns images/s. First
+# `num_workers` from 0 up to the core count (at most 4 here), with and without
+# `persistent_workers`, two epochs of 96 images each. Epoch 1 pays for starting the workers.
 
 # %%
 knob_subset = Subset(guide, subset[:96])
 rows = []
-for workers in tqdm(range(min(cores, 4) + 1), desc="num_workers"):
+for workers in progress(range(min(cores, 4) + 1), desc="num_workers"):
     for persistent in ([False] if workers == 0 else [False, True]):
         loader = DataLoader(knob_subset, batch_size=32, num_workers=workers,
                             persistent_workers=persistent)
@@ -137,21 +205,28 @@ knobs = pd.DataFrame(rows)
 knobs.round(0)
 
 # %% [markdown]
-# The same numbers as a chart. With `C` cores, the per-sample work can at best run `C` times
-# faster, and the main process still has to receive every batch: each worker pickles its float
-# batch into shared memory and the main process unpickles it. Without `persistent_workers`, every
-# epoch starts the workers again (epoch 2 pays the start-up cost again). On a machine with few cores,
-# workers may well be *slower* than `num_workers=0` (they were on our 2-core test machine).
+# What a worker's batch costs on the way back: the worker's `collate` stacks the samples into a
+# tensor whose storage is a **shared-memory segment**; only a small handle (the segment's name
+# and the tensor's shape) is pickled and crosses the queue, and the main process maps the same
+# pages. Nothing is pickled *into* shared memory; the cost is the copy into the segment (a
+# float32 batch of 32 × 224 × 224 × 3 is 19 MB), creating and mapping segments, and the
+# main process waiting when the workers cannot keep up. Without `persistent_workers` every
+# epoch starts the workers again. The cell below says, from the table above, whether
+# workers helped on this machine.
 
 # %%
 axis = knobs.set_index(["num_workers", "persistent_workers"])[["epoch_1", "epoch_2"]].plot.bar(
     figsize=(7, 2.8), rot=0, ylabel="images/s", xlabel="(num_workers, persistent_workers)")
 plt.show()
+in_process = knobs.loc[knobs["num_workers"] == 0, "epoch_2"].iloc[0]
+best_workers = knobs.loc[knobs["epoch_2"].idxmax()]
+print(f"num_workers=0: {in_process:.0f} images/s; best: num_workers={best_workers['num_workers']}"
+      f" (persistent={best_workers['persistent_workers']}) at {best_workers['epoch_2']:.0f} images/s,"
+      f" {best_workers['epoch_2'] / in_process:.2f}x")
 
 # %% [markdown]
 # `prefetch_factor` is how many batches each worker prepares ahead. It smooths out uneven
-# batches; it cannot make the average batch faster — expect the two rows below to agree within
-# the noise of a shared machine.
+# batches; it cannot make the average batch faster.
 
 # %%
 rows = []
@@ -164,47 +239,94 @@ for prefetch in (1, 4):
 pd.DataFrame(rows).round(0)
 
 # %% [markdown]
-# ## Faster formulations of the same batch (beyond the guide — continues §2.2.1 Dataset与DataLoader类)
-# Four changes, each keeping the output identical (or nearly so) to the guide's batch:
-#
-# 1. **uint8 until the batch exists, normalize last, per batch.** `Uint8EvalDataset` returns
-#    uint8 crops; `BatchNormalize` converts and normalizes a whole batch in one pass
-#    (`x * scale + shift`); `NormalizedLoader` applies it after the loader (after the copy
-#    to the GPU, when there is one). A uint8 batch is a quarter of the bytes.
-# 2. **Faster decoding:** `torchvision.io` (libjpeg-turbo) with `transforms.v2` on uint8
-#    tensors, or PIL with JPEG **draft mode**.
-# 3. **Decode and resize once** into a uint8 NumPy memmap (`common.fast.cache`), then every epoch
-#    only reads crops (and augments them cheaply).
-# 4. **Batched fetching:** a dataset's `__getitems__(indices)` is called once per batch; the
-#    cache answers it with one NumPy read instead of 32 `__getitem__` calls.
-#
-# First the correctness check against the guide's tensors for 32 images: the stated
-# tolerances are 1e-5 for the PIL and cache paths (the same resampling; only float rounding
-# differs) and two uint8 levels (2/255/std ≈ 0.035) for the torchvision decoder.
+# ## §2.2.2 数据增强与归一化 — the same batch, built faster, step by step
+# Four changes, each written here in a few lines and measured on the same 96 images. The first:
+# **keep every sample uint8 until the batch exists, and normalize last, once per batch.**
+# A uint8 crop is a quarter of a float crop's bytes (less to copy between processes and to a
+# GPU), and the float maths runs once per batch. The dataset decodes with `torchvision.io`
+# (`decode_tensor` wraps it; torchvision 0.29 warns on every call that its decoders move to
+# TorchCodec, which this course does not install, and the wrapper silences just that warning)
+# and resizes and crops with `transforms.v2` on the uint8 tensor:
 
 # %%
-reference = torch.stack([guide[i][0] for i in range(32)])
-cache = ensure_cache(guide, build / "cache_224", indices=subset)
-normalize = BatchNormalize()
-candidates = {
-    "pil_draft_uint8": Uint8EvalDataset(csv, images_dir, decoder="pil_draft"),
-    "torchvision_uint8": Uint8EvalDataset(csv, images_dir, decoder="torchvision"),
-    "cache_batched": CachedImageDataset(cache.root),
-}
-errors = {name: (normalize(dataset.__getitems__(list(range(32)))[0]) - reference).abs().max().item()
-          for name, dataset in candidates.items()}
-assert errors["pil_draft_uint8"] < 1e-5 and errors["cache_batched"] < 1e-5
-assert errors["torchvision_uint8"] <= 2 / 255 / 0.224
-pd.Series(errors, name="max |difference|")
+class InlineUint8(Dataset):
+    def __init__(self, paths, labels):
+        self.paths, self.labels = paths, labels
+        self.geometry = v2.Compose([v2.Resize(256, antialias=True), v2.CenterCrop(224)])
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, idx):
+        data = torch.frombuffer(bytearray(Path(self.paths[idx]).read_bytes()), dtype=torch.uint8)
+        return self.geometry(decode_tensor(data, jpeg=True)), int(self.labels[idx])
+
+
+paths, labels = [str(guide.path(i)) for i in subset[:96]], np.array(guide.labels[:96])
+uint8_set = InlineUint8(paths, labels)
+crop, _ = uint8_set[0]
+print(crop.dtype, tuple(crop.shape))
 
 # %% [markdown]
-# **Draft mode, where it fits.** A JPEG stores 8×8 blocks of frequencies, so the decoder can
-# produce a 1/2, 1/4 or 1/8 scale image almost for free. PIL uses that when told the target
-# size (`image.draft`). Our images are 200-400 px, so for `Resize(256)` there is nothing to
-# gain (and the result above is bit-identical). At a training resolution of 64 px it fits:
+# Normalizing last: `(x / 255 - mean) / std` is `x * scale + shift` with two per-channel
+# constants. Done image by image into one reused float batch, each image's floats stay in the
+# CPU cache between the three passes (convert, multiply, add), and nothing is allocated per
+# batch. It equals `ToDtype(scale=True)` + `Normalize`:
 
 # %%
-paths = [guide.path(i) for i in subset[:96]]
+mean, std = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])
+scale, shift = (1 / (255 * std)).view(3, 1, 1), (-mean / std).view(3, 1, 1)
+out = torch.empty(32, 3, 224, 224)
+
+
+def normalize_last(batch):
+    for image, target in zip(batch, out[:len(batch)], strict=True):
+        target.copy_(image).mul_(scale).add_(shift)
+    return out[:len(batch)]
+
+
+reference = v2.Normalize(mean.tolist(), std.tolist())(v2.ToDtype(torch.float32, scale=True)(crop))
+assert torch.allclose(normalize_last(crop[None])[0], reference, atol=1e-5)
+
+# %% [markdown]
+# Measured against the guide's loader on the same files (in-process, one epoch of 96 images):
+
+# %%
+def speed(batches, n=96):
+    start = time.perf_counter()
+    for images, _ in batches:
+        assert images.dtype == torch.float32
+    return n / (time.perf_counter() - start)
+
+
+steps = {"guide (PIL, float per sample)": speed(DataLoader(knob_subset, batch_size=32)),
+         "uint8 + normalize last": speed((normalize_last(x), y) for x, y in
+                                         DataLoader(uint8_set, batch_size=32))}
+pd.Series(steps, name="images/s").round(0)
+
+# %% [markdown]
+# **JPEG draft mode.** A JPEG stores 8×8 blocks of frequencies, so the decoder can produce a
+# 1/2, 1/4 or 1/8 scale image almost for free; PIL does it when told the target size
+# (`image.draft`). It only applies when the image is at least twice the target. Our images are
+# 200–400 px, so for `Resize(256)` it never applies — the cell counts it. (So in the benchmark
+# below, `pil_draft_uint8` gains only from uint8 + normalize last, not from draft mode.)
+
+# %%
+def draft_scale(path, target):
+    with Image.open(path) as image:
+        width = image.size[0]
+        image.draft("RGB", target)
+        return width / image.size[0]
+
+
+applies = sum(draft_scale(guide.path(i), (256, 256)) > 1 for i in range(len(guide)))
+assert applies == 0
+print(f"draft mode applies to {applies} of {len(guide)} images at Resize(256)")
+
+# %% [markdown]
+# At a training resolution of 64 px it does apply (the images are 3–6× larger), and pays:
+
+# %%
 small = {"full decode": DraftPilDecoder(resize_size=72, crop_size=64, draft=False),
          "draft mode": DraftPilDecoder(resize_size=72, crop_size=64, draft=True)}
 draft_speed = {}
@@ -212,12 +334,14 @@ for name, decode in small.items():
     start = time.perf_counter()
     crops = [decode(path) for path in paths]
     draft_speed[name] = len(paths) / (time.perf_counter() - start)
+scales = [draft_scale(p, (72, 72)) for p in paths]
+print(f"draft scale at 64 px: {min(scales):.0f}x to {max(scales):.0f}x smaller decodes")
 pd.Series(draft_speed, name="images/s (decode + resize to 64 px)").round(0)
 
 # %% [markdown]
 # Same crops? Not bit-identical: the DCT-domain downscale differs from an antialiased
-# resize, mostly at sharp edges. On average the crops differ by one or two uint8 levels
-# (out of 255) — fine for training; for evaluation against published numbers, decode fully.
+# resize, mostly at sharp edges; on average by about one uint8 level (printed below) — fine
+# for training; for evaluation against published numbers, decode fully.
 
 # %%
 full = torch.stack([small["full decode"](p) for p in paths]).float()
@@ -227,53 +351,172 @@ assert mean_levels < 2.0
 print(f"mean |difference|: {mean_levels:.2f} uint8 levels")
 
 # %% [markdown]
-# Now the benchmark of `common.fast.benchmark`, in one run on the same files: (a) the guide's
-# pipeline as written, (b) each formulation at several `num_workers`, and (c) the limit —
-# normalizing already-decoded uint8 batches straight from memory. Configurations are
-# timed in turn, medians of repeats. Here it is small (96 images, 0 and 2 workers);
-# `make bench` (or `python -m common.fast.benchmark --out build/bench`) runs the full version.
+# **A batched `__getitems__`.** When a dataset defines `__getitems__(indices)`, the DataLoader
+# calls it once per batch instead of `__getitem__` once per sample. The `Dataset` contract says
+# it returns a **list of samples**, which the `collate_fn` (the default one here) stacks. Kept to
+# that contract, it composes with PyTorch's dataset wrappers:
+
+# %%
+class InlineBatched(InlineUint8):
+    def __getitems__(self, indices):
+        return [self[i] for i in indices]  # one call per batch; a list of samples
+
+
+batched = InlineBatched(paths, labels)
+pairs = StackDataset(batched, batched).__getitems__([0, 1, 2])
+assert len(pairs) == 3 and torch.equal(pairs[0][0][0], batched[0][0])
+images, _ = next(iter(DataLoader(batched, batch_size=32)))
+print("default collate:", tuple(images.shape))
+
+# %% [markdown]
+# `common.fast`'s datasets (`Uint8EvalDataset`, `CachedImageDataset`) go one step further and
+# return the batch *already stacked* (`collate_fn=keep_batch`), which saves the collate copy but
+# breaks the contract: `StackDataset` checks that it got one sample per index and refuses, and
+# `ConcatDataset` has no `__getitems__`, so the DataLoader falls back to per-sample calls and
+# `keep_batch` hands on a plain list. Use them directly or through `Subset` (which forwards
+# `__getitems__`), not inside those wrappers:
+
+# %%
+stacked = Uint8EvalDataset(csv, images_dir, decoder="torchvision")
+try:
+    StackDataset(stacked, stacked).__getitems__([0, 1, 2])
+    refused = None
+except ValueError as error:
+    refused = str(error)
+assert refused is not None and "mismatch" in refused
+print("StackDataset:", refused)
+
+# %% [markdown]
+# **Decode once: a uint8 memmap cache.** Every epoch decodes and resizes the same images again.
+# Do it once, into one file of `N × 3 × 224 × 224` bytes that `np.memmap` maps into memory;
+# afterwards an epoch only reads crops (from the page cache, after the first).
+
+# %%
+inline_root = build / "inline_cache"
+inline_root.mkdir(parents=True, exist_ok=True)
+start = time.perf_counter()
+array = np.lib.format.open_memmap(inline_root / "images.npy", mode="w+", dtype=np.uint8,
+                                  shape=(len(uint8_set), 3, 224, 224))
+for index in range(len(uint8_set)):
+    array[index] = uint8_set[index][0].numpy()
+array.flush()
+inline_build = time.perf_counter() - start
+cached_array = torch.from_numpy(np.load(inline_root / "images.npy", mmap_mode="c"))
+assert torch.equal(cached_array[5], uint8_set[5][0])
+print(f"built in {inline_build:.2f} s ({inline_build / len(uint8_set) * 1e3:.1f} ms per image)")
+
+# %% [markdown]
+# An epoch from the cache: gather each batch's rows and normalize them straight into the
+# reused float batch (no uint8 copy in between). All four steps, side by side:
+
+# %%
+def cache_batches(batch_size=32):
+    for start_row in range(0, len(cached_array), batch_size):
+        rows = cached_array[start_row:start_row + batch_size]
+        yield normalize_last(rows), torch.as_tensor(labels[start_row:start_row + batch_size])
+
+
+steps["uint8 + batched __getitems__"] = speed((normalize_last(x), y) for x, y in
+                                              DataLoader(batched, batch_size=32))
+steps["memmap cache"] = speed(cache_batches())
+steps = pd.Series(steps, name="images/s")
+assert steps["memmap cache"] > 3 * steps["guide (PIL, float per sample)"]
+(steps / steps.iloc[0]).round(2).rename("x guide").to_frame().assign(images_per_s=steps.round(0))
+
+# %% [markdown]
+# ## The `common.fast` versions, and the benchmark
+# The same ideas, grown up, are what the benchmark and the later chapters use:
+# `Uint8EvalDataset` (uint8 decoders: `decoder="torchvision"`, `"pil_draft"`), `BatchNormalize`
+# and `NormalizedLoader` (normalize last, into a ring of reused buffers with `buffers=2`),
+# `common.fast.cache` (`ensure_cache`, with a manifest that notices changed sources and damaged
+# files by `stat`, and re-hashes only on demand), `CachedImageDataset` (batched `__getitems__`)
+# and `CacheLoader` (the in-process loop above: rows normalized straight into reused buffers).
+# First, the correctness check against the guide's tensors for 32 images: 1e-5 for the PIL and
+# cache paths (same resampling) and two uint8 levels (2/255/std ≈ 0.035) for torchvision.
+
+# %%
+reference = torch.stack([guide[i][0] for i in range(32)])
+cache = ensure_cache(guide, build / "cache_224", indices=subset)
+normalize = BatchNormalize()
+candidates = {
+    "pil_draft_uint8": Uint8EvalDataset(csv, images_dir, decoder="pil_draft"),
+    "torchvision_uint8": stacked,
+    "cache_batched": CachedImageDataset(cache.root),
+}
+errors = {name: (normalize(dataset.__getitems__(list(range(32)))[0]) - reference).abs().max().item()
+          for name, dataset in candidates.items()}
+fused, _ = next(iter(CacheLoader(CachedImageDataset(cache.root), batch_size=32)))
+errors["cache_fused"] = (fused - reference).abs().max().item()
+assert errors["pil_draft_uint8"] < 1e-5 and errors["cache_batched"] < 1e-5
+assert errors["cache_fused"] < 1e-5 and errors["torchvision_uint8"] <= 2 / 255 / 0.224
+pd.Series(errors, name="max |difference|")
+
+# %% [markdown]
+# **The limit.** What is the fastest way to make the normalized batch when the decoded uint8
+# crops are already in memory? `formulations` times the candidates side by side (round-robin,
+# one thread, each checked against the reference). The winner is the benchmark's
+# `memory_limit`; on this machine:
+
+# %%
+ways = formulations(torch.from_numpy(cache.images[:96].copy()), repeats=3)
+assert len(ways) == 5 and (ways["images_per_s"] > 0).all()
+ways.round(0)
+
+# %% [markdown]
+# Now `common.fast.benchmark` in one run on the same files: (a) the guide's pipeline, (b) each
+# formulation at several `num_workers`, and (c) the limit. Configurations are timed in turn,
+# medians of repeats, with the peak PSS (main process plus that pipeline's workers). Here it is
+# small (96 images, 0 and 2 workers); `make bench` runs the full version.
 
 # %%
 config = BenchConfig(out=build / "bench", num_images=96, repeats=2, min_seconds=0.1,
-                     num_workers=(0, min(2, cores)))
+                     num_workers=(0, min(2, cores)), progress=False)
 table = run_benchmark(config)
 result = verdict(table)
-print(result)
-table.round(2)
+assert result["speedup_vs_guide"] > 3
+pd.Series(result, name="verdict").to_frame()
 
 # %% [markdown]
-# The same table as a chart (log scale). The cache path normalizes at a good fraction of
-# the in-memory limit: after the one-off decode, an epoch is a memory copy.
+# The table, and as a chart (log scale):
+
+# %%
+table.round(2)
 
 # %%
 plot_benchmark(table)
 
 # %% [markdown]
-# ### When workers help, and when IPC costs more than it saves
-# Look at the rows of one formulation across `num_workers`. Workers help when a sample is
-# *expensive to produce* (decode + resize, milliseconds per image): the work is spread
-# over cores and overlaps with the training step. They hurt when a sample is *cheap* (a
-# crop read from the cache, microseconds): each batch must still be pickled into shared
-# memory, passed through a queue and unpickled — more work than producing it. On a 2-core
-# machine the main process also competes with the workers for the same cores. Measure,
-# then pick: on a 2-core machine the cache path is usually fastest with `num_workers=0`.
-#
-# Batch size, measured on the cache path. Two effects pull in opposite directions: every
-# batch has a fixed overhead (sampler, fetch call, Python), which favours large batches;
-# but each batch also allocates a fresh float tensor of `B × 602 kB`, and large buffers
-# come page-faulted from the OS and no longer fit in the CPU caches, which favours small
-# ones. Which wins depends on the machine — the table shows yours. (On a GPU the model's
-# appetite for large batches usually decides.)
+# ### When does the cache pay for itself?
+# The cache is not free: it is built once (decoding every image), and opened every run
+# (a few `stat` calls). Counting both, the average images/s over the first `e` epochs is
+# `e·N / (build + open + e·N / cached speed)`; the best pipeline that decodes every epoch is a
+# flat line. Where they cross is the break-even epoch (printed; here at 96 images, where the
+# build is a larger share than at full size):
 
 # %%
-cached = CachedImageDataset(cache.root)
-batch_rows = [{"batch_size": size, "images_per_s": time_epochs(
-    NormalizedLoader(make_fast_loader(cached, batch_size=size)), len(cached), min_seconds=0.2)}
-    for size in (4, 16, 64)]
-pd.DataFrame(batch_rows).round(0)
+payoff = json.loads((config.out / "benchmark.json").read_text())["cache"]  # cache_payoff's
+curve = epochs_curve(table, payoff, epochs=[0.5, 1, 2, 3, 5, 10, 20])
+axis = curve.plot(figsize=(7, 3), marker="o", logx=True, ylabel="images/s, averaged over e epochs")
+axis.set_xlabel("epochs e (cache build and open included)")
+plt.show()
+print(f"built in {payoff['build_s']:.2f} s for {payoff['num_images']} images; pays off after "
+      f"{payoff['break_even_epochs']:.1f} epochs against {payoff['best_decoding']}")
 
 # %% [markdown]
-# ## Worker memory: a list index copies itself into every worker (beyond the guide — continues §2.2.1 Dataset与DataLoader类)
+# ### When workers help, and when they cost more than they save
+# Workers help when a sample is *expensive to produce* (decode + resize, milliseconds per
+# image): the work is spread over cores. They hurt when a sample is *cheap* (a crop read from
+# the cache, microseconds): the batch must still be copied into a shared-memory segment and
+# handed across — more work than producing it. The cell prints what this table shows.
+
+# %%
+by = table.set_index(["pipeline", "num_workers"])["images_per_s"]
+for name in ("torchvision_uint8", "cache_batched"):
+    print(f"{name}: {by[name, min(2, cores)] / by[name, 0]:.2f}x with {min(2, cores)} workers "
+          "vs in-process")
+
+# %% [markdown]
+# ## Worker memory: a list index copies itself into every worker
 # A forked worker shares the parent's pages until it writes to them, and reading a Python
 # object writes its reference count. `ListIndexDataset` keeps 200,000 `(path, label)` tuples
 # in a list (like `ImageFolder.samples`); `ArrayIndexDataset` keeps the same index in two
@@ -281,8 +524,8 @@ pd.DataFrame(batch_rows).round(0)
 # only that process holds) as the epoch proceeds.
 
 # %%
-names, labels = make_index(200_000)
-memory = pd.concat([worker_memory_over_epoch(cls(names, labels), num_workers=2,
+names, index_labels = make_index(200_000)
+memory = pd.concat([worker_memory_over_epoch(cls(names, index_labels), num_workers=2,
                                              batch_size=10_000).assign(index=cls.__name__)
                     for cls in (ListIndexDataset, ArrayIndexDataset)])
 growth = memory.groupby(["index", "worker"])["uss_mb"].agg(lambda s: s.iloc[-1] - s.iloc[0])
@@ -303,7 +546,7 @@ axis.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# ## A training loop that reports its data wait (beyond the guide — continues §2.1.2 数据管道在深度学习中的作用)
+# ## §2.1.2 数据管道在深度学习中的作用 — a training loop that reports its data wait
 # `DataWaitMeter.wrap(loader)` times each `next()` on the loader. The *data-wait fraction*
 # is the time blocked on the next batch divided by the iteration time (the first batch,
 # which includes worker start-up, is set aside). We train `SmallCNN` on 64 px crops for
@@ -322,15 +565,14 @@ def train_metered(model, loader, optimizer, device):
 
 # %% [markdown]
 # The slow loader is the guide's, at 64 px, in the main process. The tuned loader reads
-# crops from a 64 px cache (built once), flips them on the batch, and normalizes per batch.
+# crops from a 64 px cache (built once) with `CacheLoader`, normalized into reused buffers.
 
 # %%
-slow = DataLoader(Subset(CustomImageDataset(csv, images_dir, ClassicEvalPreset(
-    resize_size=72, crop_size=64)), subset), batch_size=16, shuffle=True, generator=generator)
+slow = DataLoader(Subset(guide_64, subset), batch_size=16, shuffle=True, generator=generator)
 cache_64 = ensure_cache(guide, build / "cache_64", CacheConfig(resize_size=72, crop_size=64),
                         indices=subset)
-tuned = NormalizedLoader(make_fast_loader(CachedImageDataset(cache_64.root), batch_size=16,
-                                          shuffle=True, generator=generator), device=device)
+tuned = CacheLoader(CachedImageDataset(cache_64.root), batch_size=16, shuffle=True,
+                    generator=generator)
 print(len(slow), "and", len(tuned), "batches per epoch")
 
 # %% [markdown]
@@ -338,7 +580,8 @@ print(len(slow), "and", len(tuned), "batches per epoch")
 
 # %%
 waits = {}
-for name, loader in tqdm({"slow (guide)": slow, "tuned (cache)": tuned}.items(), desc="loaders"):
+for name, loader in progress({"slow (guide)": slow, "tuned (cache)": tuned}.items(),
+                             desc="loaders"):
     model = SmallCNN().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     waits[name] = train_metered(model, loader, optimizer, device)
@@ -352,7 +595,7 @@ waits.round(3)
 # `transform` on `CachedImageDataset` such as `v2.RandomCrop(64, padding=4)` — cheap on uint8.)
 
 # %% [markdown]
-# ## On a GPU: pinned memory, non-blocking copies, normalization on the device (beyond the guide — continues §2.1.2 数据管道在深度学习中的作用)
+# ## On a GPU: pinned memory, non-blocking copies, normalization on the device
 # With CUDA, `pin_memory=True` makes the loader put each batch in page-locked memory, so
 # `.to(device, non_blocking=True)` is an asynchronous DMA that overlaps with compute. Copy
 # uint8 and normalize on the GPU: four times fewer bytes cross the bus. These cells run
@@ -408,24 +651,25 @@ else:
 
 # %% [markdown]
 # ## Summary
-# - Measure first: in the guide's pipeline decoding and resizing dominate, and the float
-#   work per sample (`ToTensor`, `Normalize`) is a sizeable extra.
-# - Keep samples uint8 and normalize once per batch, last (on the GPU when there is one):
-#   the same batch, fewer bytes through IPC and over the bus.
-# - Decode and resize once into a uint8 memmap cache (with a manifest that notices changed
-#   sources and damaged files); with batched `__getitems__` an epoch is little more than a
-#   memory copy (the benchmark's verdict prints the speed-up on your machine; on our 2-core
-#   test machine the full `make bench` gave over 10× the guide's images/s).
-# - Workers pay off for expensive samples; for cheap ones the IPC costs more than it saves.
-#   `persistent_workers` avoids restarting them every epoch; `prefetch_factor` only smooths.
+# - Measure first (a stage timer, `torch.profiler`): in the guide's pipeline decoding and
+#   resizing dominate, and the float work per sample (`ToTensor`, `Normalize`) is a sizeable extra.
+# - Keep samples uint8 and normalize once per batch, last, into reused buffers (on the GPU when
+#   there is one): the same batch, fewer bytes, no allocation per batch.
+# - Draft mode pays only when images are at least twice the target size; count before you rely on it.
+# - A batched `__getitems__` should return a list of samples; returning a stacked batch is faster
+#   but breaks `StackDataset` and `ConcatDataset`.
+# - Decode and resize once into a uint8 memmap cache; count its build time — the benchmark prints
+#   the epoch after which it pays off and how close the best pipeline comes to the measured limit.
 # - Keep the index in NumPy arrays, not lists of Python objects, or every worker slowly
 #   copies it (copy-on-read); watch the data-wait fraction of the training loop.
 #
 # ## Exercises
 # 1. Run `make bench` (full benchmark) and compare its table with the small one above. Which
-#    formulation wins at `num_workers=0`, and which at the core count?
+#    formulation wins at `num_workers=0`, and which at the core count? After how many epochs
+#    does the cache pay off at full size?
 # 2. Add `v2.RandomCrop(64, padding=4)` as the `transform` of the 64 px `CachedImageDataset`
-#    and measure the data-wait fraction again. Is cheap augmentation still cheap?
+#    and measure the data-wait fraction again (with `NormalizedLoader(make_fast_loader(...))`:
+#    `CacheLoader` refuses per-sample transforms). Is cheap augmentation still cheap?
 # 3. Make the model step heavier (`SmallCNN(width=64)`) and rerun the training loops: how do
 #    the two data-wait fractions change, and why does a faster loader matter less?
 # 4. Change `ListIndexDataset` to store a list of `str` paths plus a NumPy label array. Does

@@ -19,8 +19,10 @@ from common.fast.benchmark import (
     MemoryBatches,
     Result,
     summarize,
+    time_epochs,
     verdict,
 )
+from common.fast.costs import cache_payoff, epochs_curve, formulations
 
 
 @pytest.mark.slow
@@ -33,8 +35,8 @@ def test_quick_mode_writes_csv_chart_and_table(tmp_path):
     table = pd.read_csv(out / "benchmark.csv")
     assert list(table.columns) == COLUMNS
     formulations = {"pil_draft_uint8", "torchvision_uint8", "cache_batched"}
-    expected = {(GUIDE, 0), (GUIDE, 1), (LIMIT, 0)} | {(f, w) for f in formulations
-                                                        for w in (0, 1)}
+    expected = {(GUIDE, 0), (GUIDE, 1), (LIMIT, 0), ("cache_fused", 0)} | {
+        (f, w) for f in formulations for w in (0, 1)}
     assert set(zip(table["pipeline"], table["num_workers"], strict=True)) == expected
     assert len(table) == len(expected)
     assert all(math.isfinite(v) and v > 0 for v in table["images_per_s"])
@@ -44,18 +46,46 @@ def test_quick_mode_writes_csv_chart_and_table(tmp_path):
     chart = matplotlib.image.imread(out / "benchmark.png")
     assert chart.ndim == 3 and chart.shape[0] > 100 and chart.shape[1] > 100
     assert "images_per_s" in run.stdout and "speedup_vs_guide" in run.stdout
-    assert "best:" in run.stdout
+    assert "best:" in run.stdout and "pays off after" in run.stdout
+    assert (table["peak_pss_mb"] > 0).all()
+    cache = pd.read_csv(out / "cache.csv").iloc[0]
+    assert cache["build_s"] > 0 and 0 <= cache["open_s"] < 5 and cache["break_even_epochs"] > 0
+
+
+def test_cache_payoff_counts_build_and_open():
+    table = pd.DataFrame({"pipeline": [GUIDE, "torchvision_uint8", "cache_fused", LIMIT],
+                          "num_workers": [0, 0, 0, 0],
+                          "images_per_s": [100.0, 200.0, 1000.0, 1200.0]})
+    payoff = cache_payoff(table, {"build_s": 4.0, "open_s": 0.0, "cache_mb": 1.0}, 1000)
+    # per epoch the cache saves 1000/200 - 1000/1000 = 4 s: it pays off after 1 epoch
+    assert payoff["break_even_epochs"] == pytest.approx(1.0)
+    assert payoff["best_decoding"].startswith("torchvision_uint8")
+    curve = epochs_curve(table, payoff, [1, 100])
+    assert curve.loc[1, "cache (build included)"] == pytest.approx(200.0)
+    assert curve.loc[100, "cache (build included)"] > 900
+
+
+def test_time_epochs_stops_after_max_images():
+    images = torch.zeros(100, 3, 2, 2)
+    batches = MemoryBatches(images, torch.zeros(100), batch_size=10)
+    assert time_epochs(batches, 100, min_seconds=0, max_images=30) > 0
+
+
+def test_formulations_agree_and_are_all_timed():
+    images = torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8)
+    table = formulations(images, repeats=1, batch_size=4)
+    assert len(table) == 5 and (table["images_per_s"] > 0).all()
 
 
 def test_summarize_uses_medians_and_the_guide_at_zero_workers():
     results = [Result(GUIDE, 0, [10.0, 30.0, 20.0]), Result(GUIDE, 2, [40.0, 40.0, 1.0]),
-               Result("fast", 0, [100.0, 500.0, 400.0]), Result(LIMIT, 0, [600.0, 800.0])]
+               Result("fast", 0, [100.0, 500.0, 400.0]), Result(LIMIT, 0, [450.0, 550.0])]
     table = summarize(results)
     assert list(table.columns) == COLUMNS
-    assert table["images_per_s"].tolist() == [20.0, 40.0, 400.0, 700.0]
-    assert table["speedup_vs_guide"].tolist() == [1.0, 2.0, 20.0, 35.0]
+    assert table["images_per_s"].tolist() == [20.0, 40.0, 400.0, 500.0]
+    assert table["speedup_vs_guide"].tolist() == [1.0, 2.0, 20.0, 25.0]
     result = verdict(table)
-    assert result["best"].startswith("fast") and result["share_of_limit"] == pytest.approx(4 / 7)
+    assert result["best"].startswith("fast") and result["share_of_limit"] == pytest.approx(0.8)
     assert result["meets_targets"]
     with pytest.raises(ValueError, match="guide row"):
         summarize(results[2:])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
 import shutil
 
@@ -11,6 +13,7 @@ import torch
 from PIL import Image
 
 from common.data import CustomImageDataset
+from common.fast import cache as cache_module
 from common.fast.cache import (
     CacheConfig,
     CachedImageDataset,
@@ -19,7 +22,7 @@ from common.fast.cache import (
     open_cache,
     verify_cache,
 )
-from common.fast.pipeline import BatchNormalize
+from common.fast.pipeline import BatchNormalize, CacheLoader
 from common.transforms import ClassicEvalPreset
 
 
@@ -72,21 +75,101 @@ def test_rebuilt_when_the_config_or_selection_changes(source, tmp_path, capsys):
     assert "wanted" in out and "different selection" in out
 
 
-def test_flipped_byte_is_detected_and_repaired(source, tmp_path, capsys):
+def _flip_byte(path, offset: int = 1000, *, keep_mtime: bool) -> None:
+    before = path.stat()
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        value = handle.read(1)
+        handle.seek(offset)
+        handle.write(bytes([value[0] ^ 0xFF]))
+    # A later write has a later mtime; pin it so the test does not depend on the clock's
+    # resolution. keep_mtime restores the old one (what media corruption looks like).
+    mtime = before.st_mtime_ns if keep_mtime else before.st_mtime_ns + 10**9
+    os.utime(path, ns=(before.st_atime_ns, mtime))
+
+
+def test_flipped_byte_is_detected_at_open_and_repaired(source, tmp_path, capsys):
     root = tmp_path / "cache"
     ensure_cache(source, root, indices=range(4), verbose=False)
-    with open(root / "images.u8", "r+b") as handle:
-        handle.seek(1000)
-        value = handle.read(1)
-        handle.seek(1000)
-        handle.write(bytes([value[0] ^ 0xFF]))
+    _flip_byte(root / "images.u8", keep_mtime=False)
     problems = verify_cache(root)
-    assert len(problems) == 1 and "images.u8" in problems[0] and "sha256" in problems[0]
+    assert len(problems) == 1 and "images.u8" in problems[0] and "modified" in problems[0]
     with pytest.raises(CacheError, match="images.u8"):
         open_cache(root)
     ensure_cache(source, root, indices=range(4))
+    assert "modified after the cache was built" in capsys.readouterr().out
+    assert verify_cache(root, full=True) == []
+
+
+def test_flip_that_keeps_size_and_mtime_needs_the_full_check(source, tmp_path, capsys):
+    root = tmp_path / "cache"
+    ensure_cache(source, root, indices=range(4), verbose=False)
+    _flip_byte(root / "images.u8", keep_mtime=True)
+    assert verify_cache(root) == []  # stat-level: indistinguishable, as documented
+    problems = verify_cache(root, full=True)
+    assert len(problems) == 1 and "sha256" in problems[0]
+    ensure_cache(source, root, indices=range(4), verify="full")
     assert "damaged" in capsys.readouterr().out
-    assert verify_cache(root) == []
+    assert verify_cache(root, full=True) == []
+
+
+def test_edited_manifest_is_detected(source, tmp_path):
+    root = tmp_path / "cache"
+    ensure_cache(source, root, indices=range(4), verbose=False)
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["shape"][0] = 3
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CacheError, match="digest"):
+        open_cache(root)
+
+
+def test_source_image_touched_triggers_rebuild(source, tmp_path, capsys):
+    root = tmp_path / "cache"
+    ensure_cache(source, root, indices=range(4), verbose=False)
+    path = source.path(2)
+    info = path.stat()
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))
+    ensure_cache(source, root, indices=range(4))
+    assert f"source image {path.name} has changed" in capsys.readouterr().out
+
+
+def test_opening_an_intact_cache_hashes_only_the_annotations_file(source, tmp_path,
+                                                                  monkeypatch):
+    root = tmp_path / "cache"
+    ensure_cache(source, root, indices=range(8), verbose=False)
+    hashed = []
+    real = cache_module._sha256_file
+    monkeypatch.setattr(cache_module, "_sha256_file", lambda path: hashed.append(path) or real(path))
+    monkeypatch.setattr(cache_module, "source_fingerprint", _refuse)
+    ensure_cache(source, root, indices=range(8), verbose=False)
+    CachedImageDataset(root, check=True)
+    assert hashed == [source.annotations_file]
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["build_seconds"] > 0
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("opening an intact cache must not read the source images")
+
+
+def test_cache_loader_gives_the_normalized_batches_of_its_sampler(source, tmp_path):
+    ensure_cache(source, tmp_path / "cache", indices=range(10), verbose=False)
+    dataset = CachedImageDataset(tmp_path / "cache")
+    fused = CacheLoader(dataset, batch_size=4, shuffle=True,
+                        generator=torch.Generator().manual_seed(5), buffers=2)
+    orders = list(CacheLoader(dataset, batch_size=4, shuffle=True,
+                              generator=torch.Generator().manual_seed(5)).batch_sampler)
+    assert len(fused) == len(orders) == 3 and sorted(sum(orders, [])) == list(range(10))
+    seen = []
+    for (images, labels), order in zip(fused, orders, strict=True):
+        expected, expected_labels = dataset.__getitems__(order)
+        assert torch.allclose(images, BatchNormalize()(expected), atol=1e-6, rtol=0)
+        assert torch.equal(labels, expected_labels)
+        seen.append(images.data_ptr())
+    assert seen[0] == seen[2] != seen[1]  # a ring of two reused buffers
+    guide = _reference(source, range(10))
+    batch, _ = next(iter(CacheLoader(dataset, batch_size=10)))
+    assert torch.allclose(batch, guide, atol=1e-5, rtol=0)
 
 
 def test_truncated_and_missing_files_are_detected(source, tmp_path):

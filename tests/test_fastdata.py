@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import warnings
+
 import numpy as np
 import pytest
 import torch
 from PIL import Image, ImageDraw
 from torchvision import transforms
+from torchvision.transforms.functional import pil_to_tensor
 
 from common.data import BadSampleError, CustomImageDataset
 from common.fast.pipeline import (
@@ -17,6 +21,7 @@ from common.fast.pipeline import (
     TorchvisionDecoder,
     Uint8EvalDataset,
     center_box,
+    decode_tensor,
     make_decoder,
     make_fast_loader,
     resized_size,
@@ -107,6 +112,30 @@ def test_batch_normalize_matches_to_tensor_normalize():
     assert torch.allclose(BatchNormalize()(images), expected, atol=EXACT, rtol=0)
     with pytest.raises(ValueError, match="uint8"):
         BatchNormalize()(images.float())
+
+
+def test_reused_buffers_give_the_same_batches_and_are_reused():
+    images = torch.randint(0, 256, (10, 3, 8, 8), dtype=torch.uint8)
+    fresh, ring = BatchNormalize(), BatchNormalize(buffers=2)
+    outputs = []
+    for batch in (images[:4], images[4:8], images[8:]):  # the last batch is shorter
+        out = ring(batch)
+        assert torch.equal(out, fresh(batch))  # bit-identical: the same float operations
+        outputs.append(out.data_ptr())
+    assert outputs[0] == outputs[2] != outputs[1]
+    with pytest.raises(ValueError, match="buffers"):
+        BatchNormalize(buffers=-1)
+
+
+def test_decode_tensor_is_quiet_and_matches_pil(tiny_data):
+    path = tiny_data.images_dir("train") / sorted(os.listdir(tiny_data.images_dir("train")))[0]
+    data = torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning, the deprecation included, fails here
+        image = decode_tensor(data, jpeg=True)
+    assert torch.equal(image, decode_tensor(data))
+    with Image.open(path) as pil:
+        assert torch.equal(image, pil_to_tensor(pil.convert("RGB")))
 
 
 def test_normalized_loader_reproduces_reference_batches(tiny_data):

@@ -13,9 +13,12 @@ import pytest
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader
+from torchvision.transforms import v2
+from torchvision.transforms.functional import pil_to_tensor
 
 from common import ShardedImageDataset
 from common.data import CustomImageDataset, load_rgb
+from common.fast.pipeline import BatchNormalize, TorchvisionDecoder
 from common.shards import (
     ShardError,
     ShardInfo,
@@ -399,3 +402,52 @@ def _jpeg(width: int, height: int) -> bytes:
     buffer = io.BytesIO()
     Image.new("RGB", (width, height)).save(buffer, format="JPEG")
     return buffer.getvalue()
+
+
+def test_uint8_decode_matches_the_torchvision_decoder(source, uneven):
+    geometry = v2.Compose([v2.Resize(24, antialias=True), v2.CenterCrop(20)])
+    streamed = ShardedImageDataset(uneven, geometry, shuffle=False, equalize="none")
+    assert streamed.uint8  # a v2 transform: decode_jpeg to uint8 tensors
+    decoder = TorchvisionDecoder(resize_size=24, crop_size=20)
+    guide = CustomImageDataset(source.annotations_file, source.img_dir,
+                               ClassicEvalPreset(resize_size=24, crop_size=20))
+    for index, (image, label) in enumerate(streamed):
+        assert image.dtype == torch.uint8 and image.shape == (3, 20, 20)
+        assert torch.equal(image, decoder(source.path(index)))
+        assert label == int(source.labels[index])
+        # normalized last, within two uint8 levels of the guide's PIL pipeline
+        difference = (BatchNormalize()(image[None])[0] - guide[index][0]).abs().max()
+        assert difference <= 2 / 255 / 0.224
+
+
+def test_decode_modes_choose_pil_or_uint8(uneven):
+    assert not ShardedImageDataset(uneven, ClassicEvalPreset(resize_size=16, crop_size=16)).uint8
+    assert not ShardedImageDataset(uneven).uint8
+    image, _ = next(iter(ShardedImageDataset(uneven, decode="uint8", shuffle=False)))
+    pil_image, _ = next(iter(ShardedImageDataset(uneven, decode="pil", shuffle=False)))
+    assert torch.equal(image, pil_to_tensor(pil_image))  # same libjpeg-turbo, same pixels
+    with pytest.raises(ValueError, match="decode must be one of"):
+        ShardedImageDataset(uneven, decode="fast")
+
+
+def test_png_member_falls_back_to_pil(tmp_path):
+    buffer = io.BytesIO()
+    Image.new("RGB", (6, 4), (10, 20, 30)).save(buffer, format="PNG")
+    dataset = ShardedImageDataset([_shard(tmp_path, [("k.png", buffer.getvalue()),
+                                                      ("k.cls", b"2")])], decode="uint8")
+    image, label = next(iter(dataset))
+    assert image.shape == (3, 4, 6) and image[:, 0, 0].tolist() == [10, 20, 30] and label == 2
+
+
+def test_persistent_workers_follow_set_epoch(uneven):
+    dataset = ShardedImageDataset(uneven, np.array, seed=3, buffer_size=4, equalize="none")
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True)
+    expected = {}
+    for epoch in (0, 1, 2):
+        dataset.set_epoch(epoch)
+        expected[epoch] = _consume(dataset, num_workers=2)  # fresh workers: the reference
+    for epoch in (0, 1, 2):
+        dataset.set_epoch(epoch)
+        got = [(_pixel_hash(image.numpy()), int(label)) for image, label in loader]
+        assert got == expected[epoch]
+    assert expected[0] != expected[1]

@@ -1,8 +1,9 @@
 """Chapter 3: efficient data pipelines (uint8 decoding, batched normalization, the memmap cache).
 
-Modules: ``pipeline`` (decoders, ``Uint8EvalDataset``, ``NormalizedLoader``), ``cache`` (the
-uint8 memmap cache), ``profiling`` (stage timing, ``DataWaitMeter``), ``memory`` (index memory
-per worker) and ``benchmark`` (``python -m common.fast.benchmark``; not imported here: it is an
+Modules: ``pipeline`` (decoders, ``Uint8EvalDataset``, ``NormalizedLoader``, ``CacheLoader``),
+``cache`` (the uint8 memmap cache), ``profiling`` (stage timing, ``DataWaitMeter``), ``memory``
+(index memory per worker, PSS of a pipeline), ``costs`` (the normalization limit, when the
+cache pays off) and ``benchmark`` (``python -m common.fast.benchmark``; not imported here: it is an
 entry point). Imports go one way: ``common.fast`` uses the core of ``common``, never the reverse.
 """
 
@@ -26,6 +27,7 @@ from common.fast.memory import (
 from common.fast.pipeline import (
     BatchNormalize,
     BatchRandomFlip,
+    CacheLoader,
     DraftPilDecoder,
     NormalizedLoader,
     TorchvisionDecoder,
@@ -40,6 +42,7 @@ __all__ = [
     "BatchNormalize",
     "BatchRandomFlip",
     "CacheConfig",
+    "CacheLoader",
     "CacheError",
     "CachedImageDataset",
     "DataWaitMeter",

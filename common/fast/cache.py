@@ -4,13 +4,25 @@ Layout of a cache folder::
 
     images.u8       raw uint8 array of shape (N, 3, crop, crop), C-order (a np.memmap)
     labels.npy      int64 labels, shape (N,)
-    manifest.json   format version, config, shape, the source's fingerprint, sha256 of both files
+    sources.npy     int64 (N, 3): each cached image's source index, byte size and mtime (ns)
+    manifest.json   format version, config, shape, what the cache was built from, the size,
+                    mtime and sha256 of both files, the build time, and its own digest
 
-The source fingerprint is a sha256 over the annotations file and every image's bytes, so
-the cache is rebuilt when any source file (or the config) changes. A cache whose files do
-not match their recorded sha256 or size is *damaged*: :func:`open_cache` refuses it and
-:func:`ensure_cache` says so and rebuilds it. Files are written under temporary names and
-renamed into place, manifest last, so an interrupted build never looks complete.
+What is checked, and when:
+
+- **Opening** (``open_cache``, ``CachedImageDataset``, ``ensure_cache``) costs a few ``stat``
+  calls per file, never a re-hash: the manifest must parse and match its own digest (an
+  edited or cut manifest), ``images.u8``, ``labels.npy`` and ``sources.npy`` must exist with the recorded size
+  (truncated or extended) and mtime (rewritten since the build). ``ensure_cache`` also
+  compares the annotations file's sha256 (one small file) and the size and mtime of every
+  source image (one ``stat`` each) with those recorded, and rebuilds on any difference.
+- **On demand** (``verify_cache(root, full=True)``, ``ensure_cache(..., verify="full")``):
+  the sha256 of both cache files and of every source image's bytes. Only this catches a
+  change that keeps a file's size *and* mtime (media corruption, or a tool that restores
+  mtimes); run it after copying a cache between machines, or when in doubt.
+
+Files are written under temporary names and renamed into place, manifest last, so an
+interrupted build never looks complete.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,10 +40,11 @@ import torch
 from filelock import FileLock
 from torch.utils.data import DataLoader, Dataset
 
-from common.data import CustomImageDataset
+from common.data import CustomImageDataset, readonly_view
 from common.fast.pipeline import DraftPilDecoder, keep_batch
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+CACHE_FILES = ("images.u8", "labels.npy", "sources.npy")
 _CHUNK = 1 << 22
 
 
@@ -70,6 +84,35 @@ def source_fingerprint(source: CustomImageDataset, indices: Sequence[int]) -> st
         digest.update(str(source.path(index).name).encode() + b"\0")
         digest.update(source.path(index).read_bytes())
     return digest.hexdigest()
+
+
+def source_stats(source: CustomImageDataset, indices: Sequence[int]) -> np.ndarray:
+    """``int64 (N, 3)``: index, byte size and mtime (ns) of every selected image; one ``stat``
+    each, nothing read.
+
+    Introduced in chapters/03_1_efficient_pipelines.ipynb.
+    """
+    # The dataset's own string paths: building 15,360 pathlib.Path objects costs more than
+    # the 15,360 stat calls themselves.
+    paths = source._paths
+    rows = np.empty((len(indices), 3), dtype=np.int64)
+    for row, index in enumerate(indices):
+        info = os.stat(paths[index])
+        rows[row] = (index, info.st_size, info.st_mtime_ns)
+    return rows
+
+
+def _file_record(path: Path, *, sha256: bool) -> dict:
+    info = path.stat()
+    record = {"bytes": info.st_size, "mtime_ns": info.st_mtime_ns}
+    if sha256:
+        record["sha256"] = _sha256_file(path)
+    return record
+
+
+def _digest(manifest: dict) -> str:
+    body = {key: value for key, value in manifest.items() if key != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 class _DecodeForCache(Dataset):
@@ -120,10 +163,12 @@ def _read_manifest(root: Path) -> dict:
         raise CacheError(f"{path} is not valid JSON: {error}") from error
 
 
-def verify_cache(root: str | os.PathLike) -> list[str]:
+def verify_cache(root: str | os.PathLike, *, full: bool = False) -> list[str]:
     """Every problem with the cache files at ``root``; an empty list means intact.
 
-    Checks the manifest, and the size and sha256 of ``images.u8`` and ``labels.npy``.
+    Always (a few ``stat`` calls): the manifest parses, matches its digest and has this
+    version; ``images.u8`` and ``labels.npy`` exist with the recorded size and mtime.
+    With ``full=True`` also the sha256 of both files (reads them once).
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
@@ -135,19 +180,31 @@ def verify_cache(root: str | os.PathLike) -> list[str]:
     if manifest.get("version") != CACHE_VERSION:
         return [f"{_manifest_path(root)}: version {manifest.get('version')!r}, expected "
                 f"{CACHE_VERSION}"]
+    if manifest.get("digest") != _digest(manifest):
+        return [f"{_manifest_path(root)} does not match its own digest (edited or damaged)"]
+    if set(manifest.get("files", {})) != set(CACHE_FILES):
+        return [f"{_manifest_path(root)} does not list {', '.join(CACHE_FILES)}"]
     problems = []
-    for name, expected in manifest.get("files", {}).items():
+    for name, expected in manifest["files"].items():
         path = root / name
         if not path.is_file():
             problems.append(f"{path} is missing")
-        elif path.stat().st_size != expected["bytes"]:
-            problems.append(f"{path} has {path.stat().st_size} bytes, the manifest says "
+            continue
+        info = path.stat()
+        if info.st_size != expected["bytes"]:
+            problems.append(f"{path} has {info.st_size} bytes, the manifest says "
                             f"{expected['bytes']} (truncated or overwritten)")
-        elif _sha256_file(path) != expected["sha256"]:
+        elif info.st_mtime_ns != expected["mtime_ns"]:
+            problems.append(f"{path} was modified after the cache was built (mtime differs)")
+        elif full and _sha256_file(path) != expected["sha256"]:
             problems.append(f"{path} does not match its sha256 in the manifest (damaged)")
-    if not problems and set(manifest.get("files", {})) != {"images.u8", "labels.npy"}:
-        problems.append(f"{_manifest_path(root)} does not list images.u8 and labels.npy")
     return problems
+
+
+def _memmap(root: Path, shape: Sequence[int]) -> np.ndarray:
+    # Copy-on-write: pages come from the page cache and nothing ever writes to them, but the
+    # array is writable, so torch.from_numpy can view it without a non-writable warning.
+    return np.memmap(root / "images.u8", dtype=np.uint8, mode="c", shape=tuple(shape))
 
 
 def open_cache(root: str | os.PathLike, *, check: bool = True) -> ImageCache:
@@ -155,7 +212,8 @@ def open_cache(root: str | os.PathLike, *, check: bool = True) -> ImageCache:
 
     Args:
         root: The cache folder.
-        check: Verify sizes and sha256 first (reads the files once).
+        check: Check the manifest and the files' sizes and mtimes first (``stat`` only;
+            see :func:`verify_cache` for the full check).
 
     Raises:
         CacheError: Naming the file, if the cache is missing or damaged.
@@ -167,8 +225,7 @@ def open_cache(root: str | os.PathLike, *, check: bool = True) -> ImageCache:
     if problems:
         raise CacheError(f"cache at {root} is unusable: " + "; ".join(problems))
     manifest = _read_manifest(root)
-    images = np.memmap(root / "images.u8", dtype=np.uint8, mode="r",
-                       shape=tuple(manifest["shape"]))
+    images = _memmap(root, manifest["shape"])
     labels = np.load(root / "labels.npy")
     return ImageCache(root, images, labels, manifest)
 
@@ -178,8 +235,12 @@ def build_cache(source: CustomImageDataset, root: str | os.PathLike,
                 num_workers: int = 0, batch_size: int = 32) -> ImageCache:
     """Decode, resize and crop every selected image once and write the cache at ``root``.
 
+    The manifest records how long the build took (``build_seconds``), so the benchmark can
+    say after how many epochs the cache has paid for itself.
+
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
+    started = time.perf_counter()
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     indices = list(range(len(source))) if indices is None else [int(i) for i in indices]
@@ -198,13 +259,16 @@ def build_cache(source: CustomImageDataset, root: str | os.PathLike,
     os.replace(tmp_images, root / "images.u8")
     np.save(root / "labels.npy.tmp.npy", source.labels[indices].astype(np.int64))
     os.replace(root / "labels.npy.tmp.npy", root / "labels.npy")
-    files = {name: {"bytes": (root / name).stat().st_size, "sha256": _sha256_file(root / name)}
-             for name in ("images.u8", "labels.npy")}
+    np.save(root / "sources.npy.tmp.npy", source_stats(source, indices))
+    os.replace(root / "sources.npy.tmp.npy", root / "sources.npy")
+    files = {name: _file_record(root / name, sha256=True) for name in CACHE_FILES}
     manifest = {"version": CACHE_VERSION, "config": asdict(config), "shape": list(shape),
                 "source": {"annotations_file": str(source.annotations_file),
-                           "indices": indices,
+                           "annotations_sha256": _sha256_file(source.annotations_file),
+                           "num_images": len(indices),
                            "fingerprint": source_fingerprint(source, indices)},
-                "files": files}
+                "files": files, "build_seconds": round(time.perf_counter() - started, 3)}
+    manifest["digest"] = _digest(manifest)
     tmp_manifest = root / "manifest.json.tmp"
     tmp_manifest.write_text(json.dumps(manifest, indent=1))
     os.replace(tmp_manifest, _manifest_path(root))
@@ -212,45 +276,69 @@ def build_cache(source: CustomImageDataset, root: str | os.PathLike,
 
 
 def stale_reason(root: str | os.PathLike, source: CustomImageDataset, config: CacheConfig,
-                 indices: Sequence[int]) -> str | None:
+                 indices: Sequence[int], *, full: bool = False) -> str | None:
     """Why the cache at ``root`` does not hold ``source`` under ``config`` (None if it does).
+
+    ``stat`` calls only, unless ``full``: then every byte of the cache and the sources is
+    hashed and compared with the manifest.
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
-    problems = verify_cache(root)
+    problems = verify_cache(root, full=full)
     if problems:
         return problems[0]
     manifest = _read_manifest(Path(root))
+    recorded = manifest["source"]
     if manifest["config"] != asdict(config):
         return f"built with {manifest['config']}, wanted {asdict(config)}"
-    if manifest["source"]["indices"] != list(indices):
+    stored = np.load(Path(root) / "sources.npy")
+    if len(stored) != len(indices) or not np.array_equal(stored[:, 0], np.asarray(indices)):
         return "built from a different selection of images"
-    if manifest["source"]["fingerprint"] != source_fingerprint(source, indices):
-        return f"the source ({source.annotations_file} or its images) has changed"
+    if recorded["annotations_sha256"] != _sha256_file(source.annotations_file):
+        return f"the annotations file {source.annotations_file.name} has changed"
+    changed = np.flatnonzero((source_stats(source, indices) != stored).any(axis=1))
+    if len(changed):
+        return (f"source image {source.path(indices[changed[0]]).name} has changed (size or "
+                f"mtime; {len(changed)} image(s) in all)")
+    if full and recorded["fingerprint"] != source_fingerprint(source, indices):
+        return f"the source images of {source.annotations_file.name} have changed (content)"
     return None
+
+
+def _shown(path: Path) -> str:
+    # Printed paths are relative to the working directory when they can be (no machine paths
+    # in stored notebook outputs).
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
 
 
 def ensure_cache(source: CustomImageDataset, root: str | os.PathLike,
                  config: CacheConfig = CacheConfig(), *, indices: Sequence[int] | None = None,
-                 num_workers: int = 0, verbose: bool = True) -> ImageCache:
+                 num_workers: int = 0, verbose: bool = True, verify: str = "stat") -> ImageCache:
     """Open the cache at ``root`` if it is intact and current; otherwise (re)build it.
 
     Prints one line saying which, and why a rebuild was needed (damaged, stale, missing).
+    ``verify="stat"`` (default) checks sizes, mtimes and the manifest (milliseconds even for
+    tens of thousands of images); ``verify="full"`` also re-hashes every byte.
     Safe to call from several processes at once (a file lock next to ``root`` serialises them).
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
+    if verify not in ("stat", "full"):
+        raise ValueError(f"verify must be 'stat' or 'full', got {verify!r}")
     indices = list(range(len(source))) if indices is None else [int(i) for i in indices]
     root = Path(root)
     root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(root.parent / f".{root.name}.lock"):  # one builder at a time
-        reason = stale_reason(root, source, config, indices)
+        reason = stale_reason(root, source, config, indices, full=verify == "full")
         if reason is None:
             if verbose:
-                print(f"Cache OK at {root}")
+                print(f"Cache OK at {_shown(root)}")
             return open_cache(root, check=False)  # stale_reason has just verified it
         if verbose:
-            print(f"Building cache at {root}: {reason}")
+            print(f"Building cache at {_shown(root)}: {reason}")
         return build_cache(source, root, config, indices=indices, num_workers=num_workers)
 
 
@@ -279,10 +367,14 @@ class CachedImageDataset(Dataset):
         state["_images"] = None  # a memmap would pickle as a full in-memory copy
         return state
 
+    @property
+    def labels(self) -> np.ndarray:
+        """All labels, in index order (a read-only view)."""
+        return readonly_view(self._labels)
+
     def _array(self) -> np.ndarray:
         if self._images is None:
-            self._images = np.memmap(self.root / "images.u8", dtype=np.uint8, mode="r",
-                                     shape=self.shape)
+            self._images = _memmap(self.root, self.shape)
         return self._images
 
     def __len__(self) -> int:
@@ -300,3 +392,4 @@ class CachedImageDataset(Dataset):
         if self.transform is not None:
             return torch.stack([self[int(i)][0] for i in order]), labels
         return torch.from_numpy(self._array()[order]), labels
+

@@ -127,3 +127,29 @@ def worker_memory_over_epoch(dataset: _IndexDataset, *, num_workers: int = 2,
         if number % every == 0:
             rows.append({"batch": number, "seen": seen / len(dataset), **report})
     return pd.DataFrame(rows).drop(columns=["checksum", "batch_size"])
+
+
+def _worker_pids(loader) -> list[int]:
+    # The live workers of a persistent DataLoader (private attributes: DataLoader has no
+    # public way to list them); NormalizedLoader keeps its DataLoader as `.loader`.
+    inner = getattr(loader, "loader", loader)
+    iterator = getattr(inner, "_iterator", None)
+    return [w.pid for w in getattr(iterator, "_workers", []) if w.pid is not None]
+
+
+def pipeline_pss_mb(loader) -> float:
+    """PSS of this process plus the loader's own worker processes, in MiB.
+
+    PSS splits each shared page between the processes mapping it, so the sum counts memory
+    once; the memmap's page-cache pages appear while they are mapped. The main process's
+    share is common to every pipeline of a run (the interpreter, torch, the datasets).
+
+    Introduced in chapters/03_1_efficient_pipelines.ipynb.
+    """
+    total = 0.0
+    for pid in [os.getpid(), *_worker_pids(loader)]:
+        try:
+            total += getattr(psutil.Process(pid).memory_full_info(), "pss", float("nan")) / MB
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue  # a worker that exited between the listing and the read
+    return total

@@ -11,7 +11,9 @@ quarter of the bytes between processes and devices and runs the float maths once
   same PIL resize and crop as the guide. Bit-identical to the guide when draft does not apply.
 - :class:`TorchvisionDecoder`: ``torchvision.io.decode_image`` (libjpeg-turbo) and
   ``transforms.v2`` resize/crop on uint8 tensors; within one or two uint8 levels of PIL.
-  (torchvision 0.29 deprecates its image decoders in favour of TorchCodec; they still work.)
+  (torchvision 0.29 deprecates its image decoders in favour of TorchCodec; they still work,
+  and :func:`decode_tensor` silences exactly that one warning: TorchCodec is not a dependency
+  of this course, and the decoders it replaces are the ones torchvision 0.29 ships.)
 - :class:`Uint8EvalDataset`: the guide's ``CustomImageDataset`` returning uint8 samples, with
   a batched ``__getitems__`` (one call per batch instead of one per sample).
 """
@@ -19,19 +21,38 @@ quarter of the bytes between processes and devices and runs the float maths once
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
-from torchvision.io import ImageReadMode, decode_image, read_file
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
+from torchvision.io import ImageReadMode, decode_image, decode_jpeg, read_file
 from torchvision.transforms import v2
 
 from common.data import CustomImageDataset, decode_errors, describe_image, open_image
 from common.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 DECODERS = ("pil_draft", "torchvision")
+#: The start of torchvision 0.29's DeprecationWarning for its image decoders (see decode_tensor).
+_TV_DEPRECATION = "The image decoding and encoding capabilities of TorchVision are deprecated"
+
+
+def decode_tensor(data: torch.Tensor, *, jpeg: bool = False) -> torch.Tensor:
+    """Encoded bytes (a 1-D uint8 tensor) -> uint8 RGB ``(3, H, W)`` with ``torchvision.io``.
+
+    ``jpeg=True`` calls ``decode_jpeg`` directly (skips format sniffing). The one
+    ``DeprecationWarning`` torchvision 0.29 raises on every call (its decoders move to
+    TorchCodec, not installed here) is silenced for this call only; any other warning shows.
+
+    Introduced in chapters/03_1_efficient_pipelines.ipynb.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_TV_DEPRECATION, category=DeprecationWarning)
+        if jpeg:
+            return decode_jpeg(data, mode=ImageReadMode.RGB)
+        return decode_image(data, mode=ImageReadMode.RGB)
 
 
 def resized_size(width: int, height: int, resize_size: int) -> tuple[int, int]:
@@ -105,7 +126,11 @@ class TorchvisionDecoder:
 
     def __call__(self, path: str | os.PathLike, *, where: str = "") -> torch.Tensor:
         with decode_errors(describe_image(path, where)):
-            image = decode_image(read_file(os.fspath(path)), mode=ImageReadMode.RGB)
+            with warnings.catch_warnings():  # read_file carries the same deprecation warning
+                warnings.filterwarnings("ignore", message=_TV_DEPRECATION,
+                                        category=DeprecationWarning)
+                data = read_file(os.fspath(path))
+            image = decode_tensor(data)
         return self.geometry(image)
 
     def __repr__(self) -> str:
@@ -188,32 +213,78 @@ def make_fast_loader(dataset: Dataset, *, batch_size: int, num_workers: int = 0,
                       persistent_workers=persistent_workers, generator=generator)
 
 
+def normalize_into(images: torch.Tensor, out: torch.Tensor, scale: torch.Tensor,
+                   shift: torch.Tensor) -> torch.Tensor:
+    """``out[i] = images[i] * scale + shift`` for a uint8 batch, written into ``out`` (float32).
+
+    On the CPU it works image by image: one image's floats (600 kB at 224 px) stay in the
+    CPU cache between the convert, the multiply and the add, so the three passes cost about
+    one trip to memory. Measured against the alternatives (a fresh ``.float()`` then
+    ``mul_``/``add_``; ``torch.mul(..., out=)``; ``addcmul``; per-image ``addcmul``) this was
+    the fastest on one thread (``python -m common.fast.benchmark --formulations-only``).
+    On other devices it runs batch-wide (one kernel each, not one per image).
+
+    Introduced in chapters/03_1_efficient_pipelines.ipynb.
+    """
+    if out.device.type != "cpu":
+        return out.copy_(images).mul_(scale).add_(shift)
+    scale, shift = scale[0], shift[0]
+    for image, target in zip(images, out, strict=True):
+        target.copy_(image).mul_(scale).add_(shift)
+    return out
+
+
 class BatchNormalize:
     """uint8 ``(B, 3, H, W)`` -> float32 ``(x / 255 - mean) / std``, once per batch.
 
-    Computed as ``x * scale + shift`` (two in-place passes over a fresh float tensor) on
-    whatever device the batch is on. Matches ``ToTensor`` + ``Normalize`` to ~1e-6.
+    Computed as ``x * scale + shift`` by :func:`normalize_into`, on whatever device the batch
+    is on. Matches ``ToTensor`` + ``Normalize`` to ~1e-6. With ``buffers=k`` (k >= 1) the
+    output is written into a ring of ``k`` preallocated float batches and reused: no
+    allocation (and no page faults) per batch, but a returned batch is overwritten ``k``
+    calls later, so a caller that keeps batches must ``.clone()`` them. ``buffers=0``
+    (the default) returns a fresh tensor every call.
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
 
     def __init__(self, *, mean: Sequence[float] = IMAGENET_MEAN,
-                 std: Sequence[float] = IMAGENET_STD) -> None:
+                 std: Sequence[float] = IMAGENET_STD, buffers: int = 0) -> None:
+        if buffers < 0:
+            raise ValueError(f"buffers must be >= 0, got {buffers}")
         std_t = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
         mean_t = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
         self.scale = 1.0 / (255.0 * std_t)
         self.shift = -mean_t / std_t
+        self.buffers = buffers
         self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._ring: list[torch.Tensor] = []
+        self._calls = 0
+
+    def constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scale, shift)`` as ``(1, C, 1, 1)`` float32 tensors on ``device``."""
+        if device not in self._on:
+            self._on[device] = (self.scale.to(device), self.shift.to(device))
+        return self._on[device]
+
+    def output(self, shape: torch.Size, device: torch.device) -> torch.Tensor:
+        """The float32 tensor the next batch is written into (from the ring, or fresh)."""
+        if self.buffers == 0:
+            return torch.empty(shape, dtype=torch.float32, device=device)
+        slot = self._calls % self.buffers
+        self._calls += 1
+        if len(self._ring) <= slot:
+            self._ring.append(torch.empty(shape, dtype=torch.float32, device=device))
+        buffer = self._ring[slot]
+        if buffer.device != device or buffer.shape[1:] != shape[1:] or len(buffer) < shape[0]:
+            buffer = self._ring[slot] = torch.empty(shape, dtype=torch.float32, device=device)
+        return buffer[:shape[0]]  # a shorter last batch uses the front of the buffer
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         if images.dtype != torch.uint8 or images.dim() != 4:
             raise ValueError(f"expected a uint8 (B, C, H, W) batch, got {images.dtype} "
                              f"{tuple(images.shape)}")
-        if images.device not in self._on:
-            self._on[images.device] = (self.scale.to(images.device),
-                                       self.shift.to(images.device))
-        scale, shift = self._on[images.device]
-        return images.to(torch.float32).mul_(scale).add_(shift)
+        scale, shift = self.constants(images.device)
+        return normalize_into(images, self.output(images.shape, images.device), scale, shift)
 
 
 class NormalizedLoader:
@@ -258,3 +329,44 @@ class BatchRandomFlip:
         draws = torch.rand(len(images), generator=self.generator)
         flip = (draws < self.p).to(images.device).view(-1, 1, 1, 1)
         return torch.where(flip, images.flip(-1), images)
+
+
+class CacheLoader:
+    """In-process batches straight from a ``CachedImageDataset``, normalized into reused buffers.
+
+    The fastest path this chapter found from a built cache to normalized batches: for each
+    batch, every sampled row of the memmap is converted and normalized *directly* into a
+    preallocated float batch (``normalize_into``, image by image), with no intermediate
+    uint8 batch and no allocation. Same batches as ``NormalizedLoader(make_fast_loader(
+    dataset, ...))`` for the same sampler. ``num_workers=0`` by design: from the page cache
+    an image costs microseconds, less than sending it between processes. A yielded batch is
+    overwritten ``buffers`` batches later (``.clone()`` it to keep it).
+
+    Introduced in chapters/03_1_efficient_pipelines.ipynb.
+    """
+
+    def __init__(self, dataset: Dataset, *, batch_size: int, shuffle: bool = False,
+                 drop_last: bool = False, generator: torch.Generator | None = None,
+                 buffers: int = 2, normalize: BatchNormalize | None = None) -> None:
+        if dataset.transform is not None:
+            raise ValueError("CacheLoader normalizes raw cache rows; for a per-sample "
+                             "transform use NormalizedLoader(make_fast_loader(dataset, ...))")
+        self.dataset = dataset
+        sampler = RandomSampler(dataset, generator=generator) if shuffle \
+            else SequentialSampler(dataset)
+        self.batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+        self.normalize = normalize or BatchNormalize(buffers=buffers)
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self):
+        rows = torch.from_numpy(self.dataset._array())  # a view of the memmap, no copy
+        labels = torch.from_numpy(self.dataset._labels)  # ours: writable, never written
+        scale, shift = self.normalize.constants(torch.device("cpu"))
+        scale, shift = scale[0], shift[0]
+        for indices in self.batch_sampler:
+            out = self.normalize.output(torch.Size((len(indices), *rows.shape[1:])), rows.device)
+            for target, index in zip(out, indices, strict=True):
+                target.copy_(rows[index]).mul_(scale).add_(shift)
+            yield out, labels[indices]

@@ -9,8 +9,10 @@ fraction*: time spent blocked on the next batch divided by the whole iteration t
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +26,29 @@ from common.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 STAGES = ("read", "decode", "resize", "crop", "to_tensor", "normalize", "collate",
           "to_device")
+
+
+@contextlib.contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """Send what C++ code writes to file descriptor 2 to ``/dev/null`` inside the block.
+
+    ``torch.profiler``'s tracing library (kineto) prints ``profiler_start``/``profiler_stop``
+    trace lines, and on a CPU-only machine a GPU-count error line, straight to descriptor 2;
+    no setting turns the trace lines off, and in a notebook they appear as stray stderr output.
+    Python exceptions are unaffected (they propagate as objects, and descriptor 2 is restored
+    before anything prints them).
+
+    Introduced in chapters/03_1_efficient_pipelines.ipynb.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _sync(device: torch.device) -> None:

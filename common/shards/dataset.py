@@ -5,19 +5,31 @@ The shard format (writer, manifest, safe reader) lives in ``common.shards.format
 Splitting: the (seeded, per-epoch) shard order is dealt out by rank first, then by
 DataLoader worker: consumer ``(rank, worker)`` reads ``order[rank::world_size][worker::W]``.
 Every shard is read by exactly one consumer, so every sample is seen exactly once.
+
+Decoding: with a ``transforms.v2`` transform (which takes uint8 tensors) JPEG members are
+decoded by ``torchvision.io.decode_jpeg`` straight to uint8 ``(3, H, W)`` — pair it with
+uint8 geometry (``v2.Resize``, ``v2.CenterCrop``) and normalize the batch last
+(``common.fast.NormalizedLoader``). Other formats go through PIL and ``pil_to_tensor``.
+The guide's classic transforms (and ``transform=None``) get PIL images, as before.
 """
 
 from __future__ import annotations
 
+import io
 import itertools
 import os
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
+from torchvision.transforms import v2
+from torchvision.transforms.functional import pil_to_tensor
 
+from common.data import decode_errors, open_image
+from common.fast.pipeline import decode_tensor
 from common.shards.format import (
     ShardError,
     ShardInfo,
@@ -31,6 +43,39 @@ from common.shards.format import (
 POLICIES = ("pad", "drop", "none")
 #: The most image bytes one consumer's shuffle buffer may hold (``max_buffer_bytes``).
 MAX_BUFFER_BYTES = 512 * 2**20
+DECODES = ("auto", "pil", "uint8")
+
+
+def decode_uint8(record: ShardRecord, *, max_pixels: int | None = None) -> torch.Tensor:
+    """A record's image as uint8 RGB ``(3, H, W)``: ``decode_jpeg`` for JPEG, else PIL.
+
+    The header's size is checked against ``max_pixels`` (``common.data.check_pixels``)
+    before any pixel is decoded, as on the PIL path.
+
+    Introduced in chapters/03_1_efficient_pipelines.ipynb.
+    """
+    if record.member.endswith(".jpg"):
+        with decode_errors(f"shard {record.shard}: member {record.member}: cannot decode image",
+                           ShardError):
+            with open_image(io.BytesIO(record.data), max_pixels=max_pixels):
+                pass  # the header only: a decompression bomb is refused before decoding
+            # bytearray: torch.frombuffer needs a writable buffer (a 30 kB copy, negligible)
+            return decode_tensor(torch.frombuffer(bytearray(record.data), dtype=torch.uint8),
+                                 jpeg=True)
+    return pil_to_tensor(decode_image(record, max_pixels=max_pixels))
+
+
+def uses_uint8(decode: str, transform: Callable | None) -> bool:
+    """Whether ``ShardedImageDataset`` hands ``transform`` uint8 tensors (else PIL images).
+
+    ``"auto"``: tensors for a ``transforms.v2`` transform (they accept both), PIL for the
+    guide's classic transforms and for ``None``.
+
+    Introduced in chapters/03_1_efficient_pipelines.ipynb.
+    """
+    if decode not in DECODES:
+        raise ValueError(f"decode must be one of {DECODES}, got {decode!r}")
+    return decode == "uint8" or (decode == "auto" and isinstance(transform, v2.Transform))
 
 
 # ---------------------------------------------------------------- planning
@@ -135,8 +180,9 @@ class ShardedImageDataset(IterableDataset):
     few out (different ones each epoch), ``"none"`` yields every sample exactly once (for
     evaluation or one process). ``plan(num_workers)`` shows the counts.
 
-    Call ``set_epoch(epoch)`` before each epoch. With ``persistent_workers=True`` the
-    workers keep the epoch they started with, so leave that off.
+    Call ``set_epoch(epoch)`` before each epoch. The epoch lives in a one-element tensor in
+    shared memory, so persistent workers (``persistent_workers=True``) see the new epoch
+    when the next epoch's iteration starts, under fork and spawn alike.
 
     Args:
         shards: ``ShardInfo`` list, or a manifest path / folder (see ``read_manifest``).
@@ -156,6 +202,7 @@ class ShardedImageDataset(IterableDataset):
         max_buffer_bytes: The most image bytes the shuffle buffer may hold (default
             ``MAX_BUFFER_BYTES``, 512 MiB per consumer); more is a ``ShardError``.
         max_pixels: Refuse larger images (default ``PIL.Image.MAX_IMAGE_PIXELS``).
+        decode: ``"auto"`` (default; see :func:`uses_uint8`), ``"pil"`` or ``"uint8"``.
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
@@ -165,7 +212,8 @@ class ShardedImageDataset(IterableDataset):
                  *, shuffle: bool = True, buffer_size: int = 256, seed: int = 0,
                  rank: int | None = None, world_size: int | None = None,
                  equalize: str = "pad", verify: bool = True, allow_uneven: bool = False,
-                 max_buffer_bytes: int = MAX_BUFFER_BYTES, max_pixels: int | None = None) -> None:
+                 max_buffer_bytes: int = MAX_BUFFER_BYTES, max_pixels: int | None = None,
+                 decode: str = "auto") -> None:
         super().__init__()
         self.shards = read_manifest(shards) if isinstance(shards, (str, os.PathLike)) \
             else list(shards)
@@ -189,13 +237,20 @@ class ShardedImageDataset(IterableDataset):
         self.max_buffer_bytes, self.max_pixels = max_buffer_bytes, max_pixels
         self.transform, self.target_transform = transform, target_transform
         self.shuffle, self.buffer_size, self.seed = shuffle, buffer_size, seed
-        self.equalize, self.epoch = equalize, 0
+        self.equalize = equalize
+        self.uint8 = uses_uint8(decode, transform)
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         if verify:
             verify_shards(self.shards)
 
+    @property
+    def epoch(self) -> int:
+        """The epoch whose shard order and shuffle are used (shared with every worker)."""
+        return int(self._epoch[0])
+
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose shard order and shuffle to use next."""
-        self.epoch = epoch
+        self._epoch[0] = epoch
 
     def shard_order(self, epoch: int) -> list[int]:
         """The shard order of ``epoch``: a seeded permutation, or 0..N-1 without shuffle."""
@@ -247,7 +302,9 @@ class ShardedImageDataset(IterableDataset):
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 0)
         for record in self.records(worker=worker, num_workers=num_workers):
-            image, label = decode_image(record, max_pixels=self.max_pixels), record.label
+            image = (decode_uint8(record, max_pixels=self.max_pixels) if self.uint8
+                     else decode_image(record, max_pixels=self.max_pixels))
+            label = record.label
             if self.transform:
                 image = self.transform(image)
             if self.target_transform:
