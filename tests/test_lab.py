@@ -75,7 +75,7 @@ def test_lab_server_serves_notebooks_and_the_glossary(tmp_path):
         # type=file: jupytext (installed with the Lab) would otherwise offer the .md as a notebook.
         glossary = get(f"{base}/api/contents/GLOSSARY.md?type=file&format=text", token)
         assert glossary["type"] == "file" and "Glossary" in glossary["content"]
-        assert get(f"{base}/api/contents/common/data.py", token)["type"] == "file"
+        assert get(f"{base}/api/contents/common/data.py?type=file", token)["type"] == "file"
         with pytest.raises(urllib.error.HTTPError) as denied:
             urllib.request.urlopen(f"{base}/api/contents/GLOSSARY.md", timeout=10)
         assert denied.value.code == 403  # the token is required
