@@ -245,11 +245,10 @@ def _section_key(item: str) -> tuple:
 
 
 def _map_table(chapters: list[Chapter], labels: dict[str, str]) -> str:
-    rows = [f"| {labels['title']} | {labels['sections']} | {labels['notebook']} |", "|---|---|---|"]
+    rows = [f"| {labels['title']} | {labels['sections']} |", "|---|---|"]
     for chapter in chapters:
         link = f"[{_cell(chapter.title)}]({chapter.staged})"
-        name = posixpath.basename(chapter.staged)
-        rows.append(f"| {link} | {_cell(chapter.guide_sections) or '—'} | `{name}` |")
+        rows.append(f"| {link} | {_cell(chapter.guide_sections) or '—'} |")
     return "\n".join(rows)
 
 

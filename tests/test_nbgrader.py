@@ -24,7 +24,8 @@ from nbgrader.api import Gradebook  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 NAME = "ex01_pytorch_basics"
 SOURCE = REPO / "chapters" / "exercises" / f"{NAME}.ipynb"
-pytestmark = pytest.mark.slow
+# Each nbgrader step executes the notebook in a fresh kernel: minutes on a busy 2-core machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
@@ -77,15 +78,14 @@ def test_nbgrader_release_matches_make_assignments(course):
         [c.source for c in ours.cells if c.cell_type == "code"]
 
 
-def test_validate_reports_unanswered_work_and_passes_the_instructor_source(course):
+def test_validate_reports_unanswered_work(course):
+    # (The instructor source passing every check is what nbval checks in `make test`.)
     release = course / "release" / "ex01" / SOURCE.name
     blank = nbgrader(course, "validate", str(release))
     assert "Success! Your notebook passes all the tests." not in blank.stdout, blank.stdout
     assert "VALIDATION FAILED" in blank.stdout and "NotImplementedError" in blank.stdout
     inverted = nbgrader(course, "validate", "--invert", str(release))
     assert "Success! The notebook does not pass any tests." in inverted.stdout, inverted.stdout
-    source = nbgrader(course, "validate", str(course / "source" / "ex01" / SOURCE.name))
-    assert "Success! Your notebook passes all the tests." in source.stdout, source.stdout
 
 
 def test_autograde_gives_points_for_blank_partial_and_complete_work(course):
