@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a machine with Python 3.10+ and make:
-#   make lab    install if needed, generate the data, open JupyterLab on chapters/
+#   make lab    install if needed, generate the data, open JupyterLab on chapters/ (repo root served)
 #   make test   install if needed, generate the data, run every check
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
@@ -8,6 +8,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# The PyTorch wheel index: empty for PyPI's default build (CUDA on Linux, about 5 GB), `cpu` for the
+# CPU-only build (about 1 GB): `make install TORCH_INDEX=cpu`, or any index URL.
+TORCH_INDEX ?=
+TORCH_INDEX_URL := $(if $(filter cpu,$(TORCH_INDEX)),https://download.pytorch.org/whl/cpu,$(TORCH_INDEX))
+# Lab serves the repository root (so ../GLOSSARY.md, README.md and common/ open from any notebook)
+# and opens on chapters/. tests/test_lab.py starts a server with exactly these flags.
+LAB_FLAGS := --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/chapters
 # Jupyter refuses to start as root (as in many containers) unless told to.
 LAB_ARGS ?= $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 NOTEBOOKS := $(sort $(wildcard chapters/*.ipynb)) $(sort $(wildcard chapters/exercises/*.ipynb))
@@ -27,19 +34,20 @@ help: ## Show this help
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is needed; run: make PYTHON=python3.X ...")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_INDEX_URL),$(BIN)/python -m pip install --index-url $(TORCH_INDEX_URL) "torch>=2.4" "torchvision>=0.19")
 	$(BIN)/python -m pip install -r requirements-dev.txt -e .
 	# The notebooks' kernel "python3", pinned to this venv's interpreter (inside the venv only).
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (.venv)"
 	touch $(STAMP)
 
-install: $(STAMP) ## Create .venv and install requirements + `common` (skipped when up to date)
+install: $(STAMP) ## Create .venv and install requirements + `common` (CPU-only torch: TORCH_INDEX=cpu)
 
 data: $(STAMP) ## Generate the synthetic dataset in data/ (skipped when intact)
 	$(BIN)/python data_scripts/make_synthetic_data.py
 
-lab: data ## Open JupyterLab on chapters/ with the .venv kernel
+lab: data ## Open JupyterLab on chapters/ (the repository root served) with the .venv kernel
 	@echo "中文版 (Chinese edition): open chapters/zh/ in JupyterLab's file browser; see README.zh-CN.md"
-	$(BIN)/jupyter lab --notebook-dir=chapters $(LAB_ARGS)
+	$(BIN)/jupyter lab $(LAB_FLAGS) $(LAB_ARGS)
 
 test: data ## Run every check: ruff, unit tests, notebook hygiene, every notebook under nbval
 	$(BIN)/ruff check .
@@ -74,7 +82,7 @@ assignments: $(STAMP) ## Write student versions of the exercise notebooks to bui
 grade: data ## Grade submissions: make grade SUBMISSIONS=path/to/folder (report in build/grades/)
 	$(BIN)/python -m course.grading --submissions "$(SUBMISSIONS)" --out build/grades
 
-html: $(STAMP) ## Build a static site of the executed chapters into build/html/
+html: $(STAMP) ## Build the tutorial site (Sphinx + myst-nb, both editions) into build/html/
 	$(BIN)/python -m course.site --out build/html
 
 shards: data ## Write tar shards of the dataset to data/shards/ (chapter 5)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import copy
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -61,13 +62,17 @@ def checks(name: str) -> Iterator[None]:
     """Run an exercise's visible checks; report ``NotImplementedError`` as "not yet done".
 
     Failed asserts propagate, so a wrong answer shows its message. Only the visible
-    checks go inside; hidden checks come after the ``with`` block.
+    checks go inside; hidden checks come after the ``with`` block. Under nbgrader
+    (``nbgrader validate``/``autograde`` set ``NBGRADER_EXECUTION``) the error propagates,
+    so that unanswered work fails validation instead of passing it.
 
     Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     try:
         yield
     except NotImplementedError as error:
+        if os.environ.get("NBGRADER_EXECUTION"):
+            raise
         detail = f" ({error})" if str(error) else ""
         print(f"{name}: not yet done{detail}. Write your answer in the cell above, "
               "run it, then run this cell again.")

@@ -109,6 +109,18 @@ def test_checks_reports_not_yet_done_but_lets_wrong_answers_fail(capsys):
         answered(1, ...)
 
 
+@pytest.mark.parametrize("mode", ["validate", "autograde"])
+def test_checks_lets_not_yet_done_fail_under_nbgrader(mode, monkeypatch, capsys):
+    monkeypatch.setenv("NBGRADER_EXECUTION", mode)  # what nbgrader validate/autograde set
+    with pytest.raises(NotImplementedError), checks("Exercise 9"):
+        answered(...)
+    assert "not yet done" not in capsys.readouterr().out
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    with checks("Exercise 9"):
+        answered(...)
+    assert "Exercise 9: not yet done" in capsys.readouterr().out
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("assignments")

@@ -70,6 +70,24 @@ def test_package_metadata_matches_the_runtime_requirements():
     assert all(runtime.get(name) == spec for name, spec in declared.items()), declared
 
 
+def test_requirements_dev_is_the_runtime_plus_every_extra():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert {"instructor", "shards", "dev"} <= set(extras)
+    own = _normalise(project["name"])
+    declared = dict(_parse(d) for d in project["dependencies"])
+    for requirements in extras.values():
+        declared.update(_parse(r) for r in requirements if not _normalise(r).startswith(own))
+    dev = _pip_requirements(REPO / "requirements-dev.txt")
+    runtime = _pip_requirements(REPO / "requirements.txt")
+    # requirements.txt also has the Lab itself (jupyterlab, ipykernel, ipywidgets), which the
+    # package never imports; everything else must be declared in pyproject with the same range.
+    assert {n: s for n, s in dev.items() if n not in runtime or n in declared} == declared, (
+        f"only in requirements-dev.txt: {sorted(set(dev) - set(declared) - set(runtime))}; "
+        f"only in pyproject.toml: {sorted(set(declared) - set(dev))}")
+    assert "torch-pipelines-companion[instructor,shards]" in extras["dev"]
+
+
 def test_every_requirement_is_a_range_not_a_pin():
     for name, spec in _pip_requirements(REPO / "requirements-dev.txt").items():
         assert spec.startswith(">="), f"{name}{spec}: use a range (>=), not a pin"

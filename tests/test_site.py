@@ -1,47 +1,43 @@
-"""Tests for course/site.py: a site built from tiny notebooks, then opened in a real browser."""
+"""Tests for course/site.py and course/site_pages.py: the Sphinx site, built from tiny notebooks
+(both editions) and once from the repository, checked by a link checker and in a real Chromium."""
 
 from __future__ import annotations
 
 import functools
 import http.server
 import re
-import shutil
-import subprocess
 import threading
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 from PIL import Image
 
-from course.site import (
-    MARKER,
-    build_site,
-    freeze_widgets,
-    main,
-    parse_first_cell,
-    rewrite_links,
-)
+from course.site import MARKER, build_site, freeze_widgets, main, parse_first_cell, rewrite_links
+from tests.browser import Browser, find_chromium
 
 REPO = Path(__file__).resolve().parents[1]
 FIRST = "# Chapter 1 — First steps\n**Guide sections:** §2.1.1 数据管道定义 · §1.1 深度学习的基本概念\n"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--hide-scrollbars", "--window-size=1200,1600"]
+PAGES = ["index.html", "chapters/01_first.html", "chapters/02_second.html",
+         "chapters/exercises/01_ex.html", "GLOSSARY.html", "TROUBLESHOOTING.html"]
+TITLES = ["Chapter 1 — First steps", "Chapter 2 — Second", "Exercises 1"]
 
 
 def markdown(text: str) -> nbformat.NotebookNode:
     return nbformat.v4.new_markdown_cell(text)
 
 
-def executed_by_hand(title: str, sections: str | None, code: str) -> nbformat.NotebookNode:
+def executed_by_hand(title: str, sections: str | None, code: str, *more: str) -> nbformat.NotebookNode:
     """A notebook that looks executed (count 1, a stream output) without starting a kernel."""
     head = f"# {title}\n" + (f"**Guide sections:** {sections}\n" if sections else "")
     cell = nbformat.v4.new_code_cell(code, execution_count=1)
     cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="hello\n")]
-    return nbformat.v4.new_notebook(cells=[markdown(head), cell])
+    nb = nbformat.v4.new_notebook(cells=[markdown(head), *map(markdown, more), cell])
+    nb.metadata["language_info"] = {"name": "python"}
+    return nb
 
 
 def first_chapter() -> nbformat.NotebookNode:
@@ -65,17 +61,24 @@ def first_chapter() -> nbformat.NotebookNode:
 def tiny_repo(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("repo")
     (root / "chapters" / "exercises").mkdir(parents=True)
+    (root / "chapters" / "zh").mkdir()
     (root / "common").mkdir()
     (root / "common" / "fake.py").write_text("LOADER = 'code'\n")
     nbformat.write(first_chapter(), root / "chapters" / "01_first.ipynb")
+    (root / "chapters" / "01_first.py").write_text("# %%\nprint('twin')\n")
     nbformat.write(executed_by_hand("Chapter 2 — Second", "beyond the guide (continues §2.3.1 "
-                                    "自定义数据集的创建)", "print('hello')"),
+                                    "自定义数据集的创建)", "print('hello')",
+                                    "A quokka appears.\n## Summary\n- done"),
                    root / "chapters" / "02_second.ipynb")
     draft = executed_by_hand("Chapter 3 — Draft", "§2.2.2 数据增强与归一化", "x = 1")
     draft.cells[1].execution_count = None
     nbformat.write(draft, root / "chapters" / "03_draft.ipynb")
     nbformat.write(executed_by_hand("Exercises 1", "§2.1.1 数据管道定义", "print('hello')"),
                    root / "chapters" / "exercises" / "01_ex.ipynb")
+    # A stand-in for the Chinese edition (issue 13): one chapter, linking to the glossary.
+    nbformat.write(executed_by_hand("第 1 章 — 第一步", None, "print('hello')",
+                                    "[术语表](../../GLOSSARY.md)\n\n本章介绍数据管道。"),
+                   root / "chapters" / "zh" / "01_first.ipynb")
     (root / "GLOSSARY.md").write_text("# Glossary\n\n| 中文 | English |\n|---|---|\n"
                                       "| 数据管道 | data pipeline ([ch. 1](chapters/01_first.ipynb)) |\n")
     (root / "TROUBLESHOOTING.md").write_text("# Troubleshooting\n\nSee the [glossary](GLOSSARY.md).\n")
@@ -90,23 +93,25 @@ def site(tiny_repo, tmp_path_factory):
 
 
 class Links(HTMLParser):
-    """Every href/src in a page, plus the text of its h1 headings."""
+    """Every href/src in a page, the ids it defines, and the text of its h1 headings."""
 
     def __init__(self) -> None:
         super().__init__()
         self.links: list[str] = []
+        self.ids: set[str] = set()
         self.h1: list[str] = []
         self._in_h1 = False
 
     def handle_starttag(self, tag, attrs):
         self.links += [value for name, value in attrs if name in ("href", "src") and value]
+        self.ids |= {value for name, value in attrs if name == "id" and value}
         self._in_h1 = self._in_h1 or tag == "h1"
 
     def handle_endtag(self, tag):
         self._in_h1 = self._in_h1 and tag != "h1"
 
     def handle_data(self, data):
-        if self._in_h1 and data.strip() not in ("", "¶"):
+        if self._in_h1 and data.strip() not in ("", "#"):
             self.h1.append(data.strip())
 
 
@@ -114,6 +119,26 @@ def parse(page: Path) -> Links:
     parser = Links()
     parser.feed(page.read_text(encoding="utf-8"))
     return parser
+
+
+def broken_links(out: Path) -> list[str]:
+    """The link checker: every relative href/src of every page names an existing file, and
+    every fragment of a link to a page names an id on that page."""
+    parsed = {page: parse(page) for page in out.rglob("*.html") if "_static" not in page.parts}
+    broken = []
+    for page, links in parsed.items():
+        for link in links.links:
+            if re.match(r"^[a-z][a-z0-9+.-]*:", link) or link.startswith("//"):
+                continue
+            path, _, fragment = link.partition("#")
+            target = (page.parent / unquote(path.split("?")[0])).resolve() if path else page
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.is_file():
+                broken.append(f"{page.relative_to(out)}: {link}")
+            elif fragment and target.suffix == ".html" and unquote(fragment) not in parsed[target].ids:
+                broken.append(f"{page.relative_to(out)}: {link} (no such anchor)")
+    return broken
 
 
 def test_parse_first_cell():
@@ -125,70 +150,80 @@ def test_parse_first_cell():
         parse_first_cell(nb, "nine.ipynb")
 
 
-def test_pages_written_and_unexecuted_notebook_reported(site):
+def test_pages_of_both_editions_written_and_unexecuted_notebook_reported(site):
     out, chapters, warnings = site
-    assert [c.page for c in chapters] == ["01_first.html", "02_second.html", "exercises/01_ex.html"]
-    for page in ("index.html", "glossary.html", "troubleshooting.html", *[c.page for c in chapters]):
+    assert [c.page for c in chapters] == PAGES[1:4]
+    for page in PAGES + ["search.html", "zh/index.html", "zh/chapters/01_first.html",
+                         "zh/GLOSSARY.html", "zh/search.html"]:
         assert (out / page).is_file(), page
-    assert not (out / "03_draft.html").exists()
+    assert not (out / "chapters" / "03_draft.html").exists()
     assert warnings == ["chapters/03_draft.ipynb: not executed (run `python -m course.notebooks "
                         "build` on it)"]
 
 
-def test_landing_page_has_the_chapter_map_both_ways(site):
+def test_index_has_the_chapter_map_both_ways_and_the_sidebar_every_chapter(site):
     out, _, _ = site
     text = (out / "index.html").read_text(encoding="utf-8")
-    links = parse(out / "index.html").links
-    for page in ("01_first.html", "02_second.html", "exercises/01_ex.html", "glossary.html",
-                 "troubleshooting.html"):
-        assert page in links
-    assert "Chapter 1 — First steps" in text and "beyond the guide (continues §2.3.1" in text
-    reverse = text[text.index("Guide sections → notebooks"):]
+    assert "Chapter map" in text and "beyond the guide (continues §2.3.1" in text
+    reverse = text[text.index("Guide sections → notebooks<a"):]
     assert reverse.index("§1.1 深度学习的基本概念") < reverse.index("§2.1.1 数据管道定义")
-    assert reverse.index("Exercises") > reverse.index("01_ex.ipynb")
+    for page in PAGES:
+        nav = (out / page).read_text(encoding="utf-8").split('class="bd-sidebar-primary', 1)[1]
+        positions = [nav.index(title) for title in TITLES]
+        assert positions == sorted(positions), page  # in reading order
 
 
-def test_prev_next_navigation(site):
+def test_chapter_page_has_info_box_downloads_prev_next_and_in_page_toc(site):
     out, _, _ = site
-    first, second = parse(out / "01_first.html").links, parse(out / "02_second.html").links
-    exercise = parse(out / "exercises" / "01_ex.html").links
-    assert "02_second.html" in first and "index.html" in first
-    assert "01_first.html" in second and "exercises/01_ex.html" in second
-    assert "../02_second.html" in exercise and "../index.html" in exercise
-    assert "Previous" not in (out / "01_first.html").read_text(encoding="utf-8")
-    assert "Next:" not in (out / "exercises" / "01_ex.html").read_text(encoding="utf-8")
+    page = out / "chapters" / "01_first.html"
+    text, links = page.read_text(encoding="utf-8"), parse(page).links
+    box = text[text.index("page-info"):]
+    assert "§2.1.1 数据管道定义" in box[:2000]
+    downloads = [link for link in links if "_downloads/" in link]
+    assert {Path(d).name for d in downloads} >= {"01_first.ipynb", "01_first.py"}
+    assert all((page.parent / d).is_file() for d in downloads)
+    assert (page.parent / next(d for d in downloads if d.endswith(".py"))).read_text() == \
+        "# %%\nprint('twin')\n"
+    assert 'class="right-next"' in text and "02_second.html" in text  # next
+    assert 'class="left-prev"' in text  # previous: the index
+    assert "bd-toc" in text and "What you will learn" in text  # in-page contents
+    assert parse(page).h1[0].startswith("Chapter 1 — First steps")
 
 
-def test_every_local_link_resolves(site):
+def test_links_point_at_pages_and_copied_files_and_the_site_is_offline(site):
     out, _, _ = site
-    for page in out.rglob("*.html"):
-        for link in parse(page).links:
-            if link.startswith(("#", "data:", "http://", "https://")):
-                continue
-            target = (page.parent / link.split("#")[0]).resolve()
-            assert target.is_file(), f"{page.name}: {link}"
-
-
-def test_links_point_at_pages_and_copied_files(site):
-    out, _, _ = site
-    links = parse(out / "01_first.html").links
-    assert "glossary.html" in links and "02_second.html#Summary" in links
-    assert "_files/common/fake.py" in links and "https://pytorch.org" in links
-    assert (out / "_files" / "common" / "fake.py").read_text() == "LOADER = 'code'\n"
-    assert "01_first.html" in parse(out / "glossary.html").links
-    assert "glossary.html" in parse(out / "troubleshooting.html").links
-
-
-def test_chapter_page_is_offline_with_plot_and_frozen_progress_bar(site):
-    out, _, _ = site
-    text = (out / "01_first.html").read_text(encoding="utf-8")
-    assert re.search(r'<img[^>]+src="data:image/png;base64,', text)
-    assert "sum of squares 55" in text
-    assert re.search(r"steps: 100%\|█+\| 5/5", text)
-    assert "widget-view+json" not in text
+    links = parse(out / "chapters" / "01_first.html").links
+    assert "../GLOSSARY.html" in links and "02_second.html#summary" in links
+    assert "https://pytorch.org" in links
+    fake = [link for link in links if link.endswith("fake.py")]
+    assert fake and (out / "chapters" / fake[0]).read_text() == "LOADER = 'code'\n"
+    text = (out / "chapters" / "01_first.html").read_text(encoding="utf-8")
+    assert re.search(r'<img[^>]+src="../_images/[^"]+\.png"', text) and "sum of squares 55" in text
+    assert re.search(r"steps: 100%\|█+\| 5/5", text) and "widget-view+json" not in text
     for page in out.rglob("*.html"):
         html = page.read_text(encoding="utf-8")
-        assert not re.search(r'<(script|link)[^>]+(src|href)="(https?:)?//', html), page.name
+        assert not re.search(r'<(script|link|img)[^>]+(src|href)="(https?:)?//', html), page.name
+
+
+def test_no_broken_relative_link_in_the_whole_site(site):
+    out, _, _ = site
+    assert broken_links(out) == []
+
+
+def test_language_switch_on_every_page_of_both_editions(site):
+    out, _, _ = site
+    for page in PAGES:
+        switch = [link for link in parse(out / page).links if "zh/" in link]
+        # The Chinese stand-in has only chapter 1: the other chapters switch to its index.
+        expected = page if "0" not in page or page == "chapters/01_first.html" else "index.html"
+        assert switch and (out / page).parent.joinpath(switch[0]).resolve() == \
+            (out / "zh" / expected).resolve(), page
+    back = [link for link in parse(out / "zh" / "chapters" / "01_first.html").links
+            if link.endswith("chapters/01_first.html") and "../" in link]
+    assert (out / "zh" / "chapters" / back[0]).resolve() == (out / "chapters" / "01_first.html")
+    zh = (out / "zh" / "chapters" / "01_first.html").read_text(encoding="utf-8")
+    assert 'lang="zh-CN"' in zh and "§2.1.1 数据管道定义" in zh  # sections from the English one
+    assert "../GLOSSARY.html" in parse(out / "zh" / "chapters" / "01_first.html").links
 
 
 def test_rewrite_links_turns_dead_links_into_text(tmp_path):
@@ -196,12 +231,12 @@ def test_rewrite_links_turns_dead_links_into_text(tmp_path):
     (tmp_path / "chapters" / "09_draft.ipynb").write_text("{}")
     warnings: list[str] = []
     files: set[str] = set()
-    text = ("[a](missing.ipynb) [b](#local) [c](mailto:x@y.z) [d](../GLOSSARY.md#data) "
+    text = ("[a](missing.ipynb) [b](#local) [c](mailto:x@y.z) [d](../GLOSSARY.md#Data) "
             "![img](figs/p.png) [draft](09_draft.ipynb)")
-    new = rewrite_links(text, source="chapters/01.ipynb", page="01.html",
-                        pages={"GLOSSARY.md": "glossary.html"}, root=tmp_path, files=files,
+    new = rewrite_links(text, source="chapters/01.ipynb", page="chapters/01.ipynb",
+                        pages={"GLOSSARY.md": "GLOSSARY.md"}, root=tmp_path, files=files,
                         warnings=warnings)
-    assert new == "a [b](#local) [c](mailto:x@y.z) [d](glossary.html#data) img draft"
+    assert new == "a [b](#local) [c](mailto:x@y.z) [d](../GLOSSARY.md#data) img draft"
     assert len(warnings) == 3 and "'missing.ipynb' is not in the site" in warnings[0]
     assert "figs/p.png" in warnings[1] and "09_draft.ipynb" in warnings[2]
     assert files == set()
@@ -230,31 +265,12 @@ def test_output_folder_is_rebuilt_but_a_foreign_one_is_refused(tiny_repo, tmp_pa
         build_site(tiny_repo, foreign)
     assert (foreign / "notes.txt").read_text() == "mine"
     out = tmp_path / "html"
-    build_site(tiny_repo, out, with_exercises=False)
+    (out / "stale.html").parent.mkdir()
+    (out / MARKER).write_text("")
     (out / "stale.html").write_text("old")
-    build_site(tiny_repo, out, with_exercises=False)
+    assert main(["--root", str(tiny_repo), "--out", str(out), "--no-exercises"]) == 0
     assert (out / MARKER).is_file() and not (out / "stale.html").exists()
-    assert not (out / "exercises").exists()
-
-
-def test_command_line(tiny_repo, tmp_path, capsys):
-    assert main(["--root", str(tiny_repo), "--out", str(tmp_path / "html"), "--no-exercises"]) == 0
-    captured = capsys.readouterr()
-    assert "Site: " in captured.out and "02_second.html" in captured.out
-    assert "03_draft.ipynb: not executed" in captured.err
-
-
-def test_the_repository_builds_into_a_site(tmp_path):
-    chapters, warnings = build_site(REPO, tmp_path / "html")
-    executed = [p for p in sorted((REPO / "chapters").glob("*.ipynb"))
-                + sorted((REPO / "chapters" / "exercises").glob("*.ipynb"))
-                if not any("not executed" in w and p.name in w for w in warnings)]
-    assert [c.source for c in chapters] == [p.relative_to(REPO).as_posix() for p in executed]
-    landing = parse(tmp_path / "html" / "index.html").links
-    for chapter in chapters:
-        assert (tmp_path / "html" / chapter.page).is_file() and chapter.page in landing
-    assert (tmp_path / "html" / "glossary.html").is_file()
-    assert (tmp_path / "html" / "troubleshooting.html").is_file()
+    assert not (out / "chapters" / "exercises").exists()
 
 
 def test_docs_link_only_to_files_that_exist():
@@ -266,46 +282,100 @@ def test_docs_link_only_to_files_that_exist():
         assert not missing, f"{doc} links to files that do not exist: {missing}"
 
 
-def find_chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if shutil.which(name):
-            return shutil.which(name)
-    return None
+def serve(folder: Path) -> http.server.ThreadingHTTPServer:
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 @pytest.fixture
-def served(site):
-    """The built site on http://127.0.0.1:<free port>/ for the duration of one test."""
-    out, _, _ = site
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def chromium(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=120, check=True)
-
-
-def test_site_in_a_real_browser(served, tmp_path):
-    browser = find_chromium()
-    if browser is None:
-        pytest.skip("Chromium not found: the browser test needs it. Install it with "
+def browser(tmp_path):
+    executable = find_chromium()
+    if executable is None:
+        pytest.skip("Chromium not found: the browser tests need it. Install it with "
                     "`make system-deps` (Debian/Ubuntu: sudo apt-get install -y chromium)")
-    shots = REPO / "build" / "screenshots"
-    shots.mkdir(parents=True, exist_ok=True)
-    landing = chromium(browser, tmp_path / "p1", "--dump-dom", f"{served}/index.html").stdout
-    assert "Chapter map" in landing and 'href="01_first.html"' in landing
-    chapter = chromium(browser, tmp_path / "p2", "--dump-dom", f"{served}/01_first.html").stdout
-    assert re.search(r"<h1[^>]*>Chapter 1 — First steps", chapter)
-    assert "jp-CodeCell" in chapter and "plt.title" in re.sub(r"<[^>]+>", "", chapter)
-    assert re.search(r'<img[^>]+src="data:image/png;base64,', chapter)
-    for name, page in (("site-landing.png", "index.html"), ("site-chapter.png", "01_first.html")):
-        chromium(browser, tmp_path / name, f"--screenshot={shots / name}", f"{served}/{page}")
-        with Image.open(shots / name) as image:
-            low, high = image.convert("L").getextrema()
-            assert image.size == (1200, 1600) and high - low > 100, name
+    with Browser(executable, tmp_path / "profile") as opened:
+        yield opened
+
+
+def search(browser: Browser, base: str, words: str) -> list[str]:
+    """The result links of the site's own search page for ``words``."""
+    browser.open(f"{base}/search.html?q={words}")
+    browser.wait_until("(document.querySelector('#search-results .search-summary') || {})"
+                       ".textContent", timeout=30)
+    return browser.evaluate("Array.from(document.querySelectorAll('#search-results li a'))"
+                            ".map(a => a.getAttribute('href'))")
+
+
+def test_site_in_a_real_browser(site, browser):
+    out, _, _ = site
+    server = serve(out)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for page in PAGES + ["zh/index.html", "zh/chapters/01_first.html", "zh/GLOSSARY.html"]:
+            browser.open(f"{base}/{page}")
+            assert browser.errors() == [], page
+            assert browser.requested_hosts() == {"127.0.0.1"}, page
+            sidebar = browser.evaluate("Array.from(document.querySelectorAll("
+                                       "'.bd-sidebar-primary nav a')).map(a => a.textContent.trim())")
+            expected = TITLES if not page.startswith("zh/") else ["第 1 章 — 第一步"]
+            assert [t for t in sidebar if t in expected] == expected, page
+            switch = browser.evaluate("(document.querySelector('.lang-switch a') || {}).href")
+            assert switch and ("/zh/" in switch) != page.startswith("zh/"), page
+        assert any("02_second" in hit for hit in search(browser, base, "quokka"))
+        assert any("01_first" in hit for hit in search(browser, base, "数据管道"))
+        assert any("chapters/01_first" in hit for hit in search(browser, f"{base}/zh", "数据管道"))
+        assert browser.errors() == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_repository_builds_into_a_working_site(tmp_path, browser):
+    """The one real build: every notebook, no broken link, no console error, and screenshots
+    of the index and of a chapter in build/ for a person to look at."""
+    out = tmp_path / "html"
+    chapters, warnings = build_site(REPO, out)
+    executed = [p for p in sorted((REPO / "chapters").glob("*.ipynb"))
+                + sorted((REPO / "chapters" / "exercises").glob("*.ipynb"))
+                if not any("not executed" in w and p.name in w for w in warnings)]
+    assert [c.source for c in chapters] == [p.relative_to(REPO).as_posix() for p in executed]
+    assert not [w for w in warnings if "WARNING" in w], warnings
+    assert broken_links(out) == []
+    server = serve(out)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    shots = REPO / "build"
+    shots.mkdir(exist_ok=True)
+    try:
+        pages = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html")
+                       if "_static" not in p.parts)
+        for page in pages:
+            browser.open(f"{base}/{page}", settle=0.2)
+            assert browser.errors() == [], page
+            assert browser.requested_hosts() == {"127.0.0.1"}, page
+        browser.open(f"{base}/chapters/02_1_dataset_dataloader.html")
+        sidebar = browser.evaluate("Array.from(document.querySelectorAll("
+                                   "'.bd-sidebar-primary nav a')).map(a => a.textContent.trim())")
+        assert [c.title for c in chapters if c.title in sidebar] == [c.title for c in chapters]
+        assert any("02_2" in hit for hit in search(browser, base, "归一化"))
+        assert any("04_2" in hit for hit in search(browser, base, "DistributedSampler"))
+        for name, page in (("site-index.png", "index.html"),
+                           ("site-chapter.png", "chapters/02_1_dataset_dataloader.html")):
+            browser.open(f"{base}/{page}")
+            # As a first visit: the theme restores the sidebar's scroll position of the last page.
+            browser.evaluate("sessionStorage.clear(), localStorage.clear()")
+            browser.open(f"{base}/{page}")
+            browser.screenshot(shots / name)
+            with Image.open(shots / name) as image:
+                low, high = image.convert("L").getextrema()
+                assert image.size == (1280, 900) and high - low > 100, name
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,291 @@
+"""The pages of the tutorial site, as Sphinx sources: which notebooks, their links, the index.
+
+``course.site`` stages these and runs Sphinx; everything here is plain text and notebook
+manipulation, testable without Sphinx.
+"""
+
+from __future__ import annotations
+
+import html
+import posixpath
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+_LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s]+)((?:\s+\"[^\"]*\")?\))")
+_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+_WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+GUIDE_SECTIONS = "**Guide sections:**"
+
+
+@dataclass(frozen=True)
+class Edition:
+    """One language edition of the site: where its notebooks are and the words of its pages.
+
+    Introduced in README.md (`make html`).
+    """
+
+    name: str
+    language: str  # Sphinx's language code
+    chapters: str  # repo folder of the chapter notebooks
+    subdir: str  # where it goes under the output folder ("" = the root)
+    glossary: tuple[str, ...]  # candidate repo paths, first existing wins
+    troubleshooting: tuple[str, ...]
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+EDITIONS = {
+    "en": Edition("en", "en", "chapters", "", ("GLOSSARY.md",), ("TROUBLESHOOTING.md",), {
+        "language": "English", "site_title": "PyTorch data pipelines & distributed training",
+        "heading": "PyTorch data pipelines & distributed training — companion notebooks",
+        "intro": ("The executed notebooks of the companion to the guide 《PyTorch大规模深度学习搭建："
+                  "数据管道与分布式训练指南》, rendered for reading. Run them yourself with "
+                  "`make lab`; every page has its notebook and its `.py` twin to download."),
+        "map": "Chapter map", "reverse": "Guide sections → notebooks", "exercises": "Exercises",
+        "exercises_note": ("Instructor versions, solutions included (`make assignments` writes "
+                           "the student versions)."),
+        "reference": "Reference", "notebook": "Notebook", "title": "Title",
+        "sections": "Guide sections", "download": "Download", "chapters": "Chapters",
+        "GLOSSARY.md": "Glossary / 术语表", "TROUBLESHOOTING.md": "Troubleshooting"}),
+    "zh": Edition("zh", "zh_CN", "chapters/zh", "zh", ("GLOSSARY.md",),
+                  ("TROUBLESHOOTING.zh-CN.md", "TROUBLESHOOTING.md"), {
+        "language": "中文", "site_title": "PyTorch 数据管道与分布式训练",
+        "heading": "PyTorch 数据管道与分布式训练 — 配套笔记本",
+        "intro": ("《PyTorch大规模深度学习搭建：数据管道与分布式训练指南》配套笔记本的中文版，"
+                  "含已执行的输出。用 `make lab` 亲自运行；每页都可下载对应的笔记本及其 `.py` 版本。"),
+        "map": "章节地图", "reverse": "指南章节 → 笔记本", "exercises": "练习",
+        "exercises_note": "教师版，含参考答案（`make assignments` 生成学生版）。",
+        "reference": "参考", "notebook": "笔记本", "title": "标题", "sections": "指南章节",
+        "download": "下载", "chapters": "章节",
+        "GLOSSARY.md": "术语表 / Glossary", "TROUBLESHOOTING.md": "故障排查"}),
+}
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """One executed notebook of the site: where it comes from and what its first cell says.
+
+    Introduced in README.md (`make html`).
+    """
+
+    source: str  # repo-relative path, e.g. "chapters/zh/02_1_dataset_dataloader.ipynb"
+    staged: str  # path in the Sphinx sources, the same in both editions
+    title: str
+    guide_sections: str
+    twin_fallback: str = ""  # the English twin, for an edition without its own
+
+    @property
+    def page(self) -> str:
+        """The page's path in its edition's site, e.g. ``chapters/01_x.html``."""
+        return self.staged.removesuffix(".ipynb") + ".html"
+
+    @property
+    def is_exercise(self) -> bool:
+        return "/exercises/" in self.staged
+
+
+def parse_first_cell(nb: nbformat.NotebookNode, name: str) -> tuple[str, str]:
+    """Title and guide-sections text from a notebook's first (markdown) cell.
+
+    The cell's shape is ``# Title`` then ``**Guide sections:** ...``; a missing
+    guide-sections line gives ``""``.
+
+    Raises:
+        ValueError: If the first cell is not markdown or has no ``# `` title line.
+
+    Introduced in README.md (`make html`).
+    """
+    if not nb.cells or nb.cells[0].cell_type != "markdown":
+        raise ValueError(f"{name}: the first cell must be markdown starting with '# Title'")
+    lines = [line.strip() for line in nb.cells[0].source.splitlines()]
+    titles = [line[2:].strip() for line in lines if line.startswith("# ")]
+    if not titles:
+        raise ValueError(f"{name}: the first cell has no '# Title' line")
+    sections = [line.split(":**", 1)[1].strip() for line in lines
+                if line.startswith(GUIDE_SECTIONS)]
+    return titles[0], sections[0] if sections else ""
+
+
+def is_executed(nb: nbformat.NotebookNode) -> bool:
+    """True when the notebook has code cells and every one of them has run.
+
+    Introduced in README.md (`make html`).
+    """
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    return bool(code) and all(cell.get("execution_count") for cell in code)
+
+
+def find_chapters(root: Path, edition: Edition, *, with_exercises: bool = True,
+                  english: list[Chapter] | None = None) -> tuple[list[Chapter], list[str]]:
+    """The executed notebooks of an edition in reading order, and what was skipped.
+
+    Chapters come first (sorted by name), then the edition's ``exercises/`` (sorted). A Chinese
+    notebook takes its guide sections from its first cell, else from the English notebook of
+    the same name (``english``).
+
+    Introduced in README.md (`make html`).
+    """
+    folder = root / edition.chapters
+    notebooks = sorted(folder.glob("*.ipynb"))
+    if with_exercises:
+        notebooks += sorted((folder / "exercises").glob("*.ipynb"))
+    by_stage = {c.staged: c for c in english or []}
+    chapters, skipped = [], []
+    for path in notebooks:
+        source = path.relative_to(root).as_posix()
+        nb = nbformat.read(path, as_version=4)
+        if not is_executed(nb):
+            skipped.append(f"{source}: not executed (run `python -m course.notebooks build` on it)")
+            continue
+        title, sections = parse_first_cell(nb, source)
+        staged = "chapters/" + path.relative_to(folder).as_posix()
+        same = by_stage.get(staged)
+        twin = same.source.removesuffix(".ipynb") + ".py" if same else ""
+        chapters.append(Chapter(source, staged, title, sections or (same.guide_sections
+                                                                    if same else ""),
+                                twin if twin and (root / twin).is_file() else ""))
+    return chapters, skipped
+
+
+def _text_of(model_id: str, state: dict) -> str:
+    """Plain text of a stored widget: HTML values, a text bar for progress, boxes joined."""
+    model = state.get(model_id.removeprefix("IPY_MODEL_"), {})
+    name, values = model.get("model_name", ""), model.get("state", {})
+    if name in ("HBoxModel", "VBoxModel"):
+        return "".join(_text_of(child, state) for child in values.get("children", []))
+    if name in ("FloatProgressModel", "IntProgressModel"):
+        span = (values.get("max") or 1) - (values.get("min") or 0)
+        filled = round(10 * ((values.get("value") or 0) - (values.get("min") or 0)) / span)
+        return "|" + "█" * max(0, min(10, filled)) + " " * (10 - max(0, min(10, filled))) + "|"
+    text = html.unescape(re.sub(r"<[^>]+>", "", str(values.get("value", ""))))
+    return text.replace("\u2007", " ")
+
+
+def freeze_widgets(nb: nbformat.NotebookNode) -> None:
+    """Replace widget outputs (tqdm bars) by the text of their final stored state, in place.
+
+    Without this the page would fetch the widget renderer from a CDN and show nothing
+    offline; the stored state has the finished bar, e.g. ``epochs: 100%|██████████| 5/5``.
+
+    Introduced in README.md (`make html`).
+    """
+    state = nb.metadata.pop("widgets", {}).get(_WIDGET_STATE, {}).get("state", {})
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            view = output.get("data", {}).pop(_WIDGET_VIEW, None)
+            if view and view.get("model_id") in state:
+                output["data"]["text/plain"] = _text_of(view["model_id"], state)
+
+
+def _href(from_page: str, to_page: str) -> str:
+    return posixpath.relpath(to_page, posixpath.dirname(from_page) or ".")
+
+
+def rewrite_links(text: str, *, source: str, page: str, pages: dict[str, str], root: Path,
+                  files: set[str], warnings: list[str]) -> str:
+    """Point relative Markdown links of ``source`` (repo-relative) at their staged pages.
+
+    ``page`` is where ``source`` is staged. A link to a notebook or doc of the site goes to its
+    staged source (Sphinx turns it into a page link; a fragment is lower-cased to the heading
+    anchor Sphinx makes); a link to any other existing repository file (not a notebook) goes to
+    a copy under ``_files/`` (collected in ``files``; Sphinx makes it a download); a link to
+    anything else becomes its plain text, reported in ``warnings``.
+
+    Introduced in README.md (`make html`).
+    """
+    def replace(match: re.Match) -> str:
+        target = match.group(2)
+        if target.startswith("#") or _SCHEME.match(target):
+            return match.group(0)
+        path, _, fragment = target.partition("#")
+        repo_path = posixpath.normpath(posixpath.join(posixpath.dirname(source), path))
+        if repo_path in pages:
+            new = _href(page, pages[repo_path]) + (f"#{fragment.lower()}" if fragment else "")
+        elif (not repo_path.startswith("..") and not repo_path.endswith(".ipynb")
+              and (root / repo_path).is_file()):
+            files.add(repo_path)
+            new = _href(page, f"_files/{repo_path}")
+        else:
+            warnings.append(f"{source}: {target!r} is not in the site; its links show as text")
+            return match.group(1).lstrip("!")[1:-2]
+        return match.group(1) + new + match.group(3)
+
+    return _LINK.sub(replace, text)
+
+
+def info_box(first_cell: str, chapter: Chapter, edition: Edition, *, twin: str | None) -> str:
+    """The first cell with, under its title, a box: guide sections and the download links.
+
+    The cell's own ``**Guide sections:**`` line moves into the box.
+
+    Introduced in README.md (`make html`).
+    """
+    labels, name = edition.labels, posixpath.basename(chapter.staged)
+    downloads = [f"{{download}}`{name} <{name}>`"] + ([f"{{download}}`{twin} <{twin}>`"]
+                                                      if twin else [])
+    box = [":::{container} page-info"]
+    if chapter.guide_sections:
+        box.append(f"**{labels['sections']}:** {chapter.guide_sections}\n")
+    box += [f"**{labels['download']}:** " + " · ".join(downloads), ":::"]
+    lines = [line for line in first_cell.splitlines() if not line.startswith(GUIDE_SECTIONS)]
+    title = next(i for i, line in enumerate(lines) if line.startswith("# "))
+    return "\n".join(lines[:title + 1] + ["", *box, ""] + lines[title + 1:])
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _section_key(item: str) -> tuple:
+    number = re.match(r"§([\d.]+)", item)
+    return tuple(int(p) for p in number.group(1).strip(".").split(".")) if number else (999,)
+
+
+def _map_table(chapters: list[Chapter], labels: dict[str, str]) -> str:
+    rows = [f"| {labels['title']} | {labels['sections']} |", "|---|---|"]
+    for chapter in chapters:
+        link = f"[{_cell(chapter.title)}]({chapter.staged})"
+        rows.append(f"| {link} | {_cell(chapter.guide_sections) or '—'} |")
+    return "\n".join(rows)
+
+
+def _toctree(caption: str, entries: list[str]) -> str:
+    body = "\n".join(entry.removesuffix(".ipynb").removesuffix(".md") for entry in entries)
+    return f"```{{toctree}}\n:caption: {caption}\n:maxdepth: 1\n:hidden:\n\n{body}\n```\n"
+
+
+def index_page(chapters: list[Chapter], edition: Edition, *, docs: list[str]) -> str:
+    """The index page (MyST): the chapter map both ways, the exercises, the reference pages,
+    and the toctrees that make the sidebar (chapters in reading order).
+
+    Introduced in README.md (`make html`).
+    """
+    labels = edition.labels
+    main = [c for c in chapters if not c.is_exercise]
+    exercises = [c for c in chapters if c.is_exercise]
+    by_section: dict[str, list[str]] = {}
+    for chapter in chapters:
+        # Every "§x.y heading" mentioned, also inside "beyond the guide (continues §x.y ...)".
+        for item in re.findall(r"§\d+(?:\.\d+)*\s+[^·()，,]+", chapter.guide_sections):
+            link = f"[{posixpath.basename(chapter.staged)}]({chapter.staged})"
+            by_section.setdefault(item.strip(), []).append(link)
+    reverse = [f"| {labels['sections']} | {labels['notebook']} |", "|---|---|"]
+    reverse += [f"| {_cell(item)} | {', '.join(links)} |"
+                for item, links in sorted(by_section.items(), key=lambda kv: _section_key(kv[0]))]
+    parts = [f"# {labels['heading']}\n", labels["intro"] + "\n",
+             f"## {labels['map']}\n", ":::{table}\n:class: chapter-map\n\n"
+             + _map_table(main, labels) + "\n:::\n",
+             f"## {labels['reverse']}\n", "\n".join(reverse) + "\n"]
+    if exercises:
+        parts += [f"## {labels['exercises']}\n", labels["exercises_note"] + "\n",
+                  _map_table(exercises, labels) + "\n"]
+    parts += [f"## {labels['reference']}\n",
+              "\n".join(f"- [{labels[doc]}]({doc})" for doc in docs) + "\n",
+              _toctree(labels["chapters"], [c.staged for c in main])]
+    if exercises:
+        parts.append(_toctree(labels["exercises"], [c.staged for c in exercises]))
+    parts.append(_toctree(labels["reference"], docs))
+    return "\n".join(parts)
