@@ -4,7 +4,8 @@
 to it in JSON lines: it sends the instructor's setup cells one at a time, then per exercise the
 student's answer cell and the instructor's check cell, and reads one reply per request. The
 judge itself only ever runs instructor code. For each exercise it forks a child from that clean
-state; the child sets its resource limits, runs the answer cell and then the check cell, audits
+state; the child sets its resource limits, runs the answer cell (after the earlier exercises'
+answers, which later checks may use) and then the check cell, audits
 what the checks rely on and reports one JSON object through a pipe of its own. The child never
 sees the grader's channel, the next exercises' checks, or any other child, so whatever an
 answer does can only decide its own exercise's points. After each child the judge kills every
@@ -205,6 +206,8 @@ def _child(request: dict, module: types.ModuleType, saved: dict, limits: dict, r
     try:
         _set_limits(limits)
         namespace = module.__dict__
+        for key, earlier in request.get("earlier", []):  # checks may use earlier exercises' answers
+            _run(earlier, namespace, f"<answer {key}>", limits)
         answer_error = _run(request["answer"], namespace, f"<answer {request['key']}>", limits)
         rebound = _changed(saved["names"], namespace, "")
         check_error = None
@@ -347,13 +350,15 @@ def main() -> int:
     module = types.ModuleType("__main__")
     sys.modules["__main__"] = module
     channels = (replies.fileno(), requests.fileno())
+    earlier: list[tuple[str, str]] = []
     for line in requests:
         request = json.loads(line)
         if request["op"] == "setup":
             error = _run(request["code"], module.__dict__, f"<setup cell {request['index']}>", limits)
             reply = {"op": "setup", "index": request["index"], "error": error}
         elif request["op"] == "exercise":
-            reply = _exercise(request, module, limits, channels)
+            reply = _exercise({**request, "earlier": list(earlier)}, module, limits, channels)
+            earlier.append((request["key"], request["answer"]))
         else:
             break
         replies.write(json.dumps(reply) + "\n")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import socket
 import subprocess
@@ -136,7 +138,8 @@ def _grade_copy(root: Path, students: tuple[str, ...], sandbox: str) -> dict:
     subs = _submissions(root / "subs", students, repo, {"out": str(out), "port": str(listener.port)})
     before = _digest(repo)
     config = GradingConfig(subs, out, repo / "chapters" / "exercises", repo=repo,
-                           timeout=180, cell_timeout=CELL_TIMEOUT, sandbox=sandbox, file_mb=8)
+                           timeout=180, cell_timeout=CELL_TIMEOUT, sandbox=sandbox, file_mb=8,
+                           processes=16)
     results, info = grade(config)
     write_report(results, out, info)
     report = (out / "grades.csv").read_text()
@@ -146,10 +149,7 @@ def _grade_copy(root: Path, students: tuple[str, ...], sandbox: str) -> dict:
             "connections": listener.close()}
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Grade every prepared submission once, eve once more; one report from both graders."""
-    tmp = tmp_path_factory.mktemp("grading")
+def _grade_both(tmp: Path) -> dict:
     with ThreadPoolExecutor(max_workers=2) as pool:
         jobs = [pool.submit(_grade_copy, tmp / "a", SANDBOXED, "auto"),
                 pool.submit(_grade_copy, tmp / "b", UNSANDBOXED, "none")]
@@ -158,6 +158,22 @@ def graded(tmp_path_factory):
     out = tmp / "report"
     write_report(results, out, sandboxed["info"])
     return {**sandboxed, "results": results, "out": out, "unsandboxed": unsandboxed}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Grade every prepared submission once, eve and the attackers twice; one report from both graders.
+
+    Under pytest-xdist the workers share one grading run (the first to get the lock grades).
+    """
+    shared = tmp_path_factory.getbasetemp()
+    shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
+    with open(shared / "grading.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        saved = shared / "grading.pickle"
+        if not saved.exists():
+            saved.write_bytes(pickle.dumps(_grade_both(tmp_path_factory.mktemp("grading"))))
+        return pickle.loads(saved.read_bytes())
 
 
 def _totals(results) -> dict[str, float]:
