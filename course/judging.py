@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from course.grading import GradingConfig
 
 MAX_MESSAGE = 400
-#: How the judge is started: no user site, no working directory on sys.path.
-JUDGE = [sys.executable, "-s", "-P", "-c", "from course.judge import main; raise SystemExit(main())"]
+#: How the judge is started: no user site, no working directory on sys.path (``-P`` needs 3.11).
+JUDGE = [sys.executable, "-s", "-c", "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+         "from course.judge import main; raise SystemExit(main())"]
 
 
 @dataclass

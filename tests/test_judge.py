@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -12,6 +11,7 @@ import pytest
 
 from course.assignments import exercises_of, instructor_sources, student_version
 from course.judge import answer_problems
+from course.judging import JUDGE
 from tests.fixtures.submissions.make_submissions import solution_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,8 +54,7 @@ def _judge(tmp_path, requests, **limits):
     limits = {"repo": str(REPO), "uid": None, "cell_timeout": 5, "memory_mb": 256, "cpu_seconds": 10,
               "processes": 16, "open_files": 64, "file_mb": 1, **limits}
     lines = "".join(json.dumps(r) + "\n" for r in requests)
-    done = subprocess.run([sys.executable, "-s", "-P", "-c", "from course.judge import main; main()",
-                           json.dumps(limits)], input=lines, capture_output=True, text=True,
+    done = subprocess.run([*JUDGE, json.dumps(limits)], input=lines, capture_output=True, text=True,
                           cwd=tmp_path, timeout=60, check=False, env={"PYTHONPATH": str(REPO)})
     replies = [json.loads(line) for line in done.stdout.splitlines()]
     return {r.get("key", r.get("index")): r for r in replies}, done
