@@ -1,21 +1,41 @@
 """Grade submitted exercise notebooks: ``python -m course.grading --submissions DIR --out DIR``.
 
 Submissions are ``DIR/<student>/**/<exNN_name>.ipynb`` (nbgrader's ``submitted/<student>/
-<assignment>/`` layout works too). Each one is graded without trusting anything but its
-answer cells: the graded notebook is the instructor source with the submission's answer
-cells put in by ``grade_id``, so the check cells, hidden checks included, always come from
-the instructor. It runs in a fresh kernel inside its own temporary working copy, under
-bubblewrap when that works here (the whole machine read-only, only the working copy
-writable, the instructor sources, submissions and report folders hidden), with a
-per-cell and a per-notebook time limit. An exercise earns its points when its check cell
-runs without an error. A cell that times out or kills the kernel scores zero for its
-exercise, and the notebook is run again with that answer left out, so the other
-exercises are still graded. After every cell the instructor's files and the submissions
-are hashed; a change zeroes the exercise that made it, is reported and is undone. The
-sandbox and the file guard live in ``course.sandbox``.
+<assignment>/`` layout works too). Only a submission's answer cells are used, matched by
+``grade_id``; everything else, the visible and hidden checks included, comes from the
+instructor source. A submission that is a symbolic or hard link is refused, not followed.
 
-Writes ``grades.csv`` and ``grades.json`` (student, exercise, points, max_points, message)
-and the executed notebooks under ``feedback/<student>/``.
+Threat model: a student may hand in any code, written to raise their own or anyone's score.
+
+- *Who runs what.* The grader never runs student code. It starts a judge (``course.judge``)
+  in a fresh working copy and feeds it the instructor's setup cells; the judge runs only
+  those. Each exercise then runs in a child forked from that clean state: the answer cell
+  (refused unless its top level is only imports, ``def``, ``class`` and constants, so nothing
+  of it runs before the checks call it), then the instructor's check cell, in plain Python
+  (no IPython: input and AST transformers do not exist). The names and library functions the
+  checks use are captured before the answer runs; rebinding them scores zero. The child
+  reports data only (JSON) through a pipe of its own, and the grader keeps only the fields it
+  knows. So an answer decides its own exercise at most: it can never raise another
+  exercise's or another student's score. Within its own exercise, an answer crafted against
+  the checker (forging its report, objects equal to everything) could still fake that one
+  pass; closing that needs checks that reach answers only through data.
+- *The sandbox* (bubblewrap, where it works): the machine read-only, the repository hidden
+  except ``common/`` and ``course/`` (no ``.git``, ``tests/``, exercise sources), the
+  submissions and the report hidden, no network, its own PID namespace (everything ends with
+  it), the working copy writable and holding no checks. As root, each judge runs under a uid
+  of its own. Each exercise has limits on memory, CPU time, processes, open files and file
+  size, and a wall-clock limit; hitting one scores zero with a message saying which.
+- *Without bubblewrap* the grader says loudly that it is unsafe for untrusted submissions,
+  and still: refuses links, keeps the report in memory until every submission's processes
+  are dead (the judge is a child subreaper; as root all processes of its uid are killed),
+  survives a killed judge (the exercises after the culprit are graded by a new one), and
+  hashes the repository (new files included) after every exercise: a change zeroes that
+  exercise, is undone, and is recorded in ``integrity``.
+
+Writes ``grades.csv`` and ``grades.json`` (student, exercise, points, max_points, message;
+``grades.json`` adds totals, the sandbox mode and structured ``integrity`` records) and
+feedback notebooks under ``feedback/<student>/``: the student's answers and, under each check
+cell (hidden checks removed), the check's name, points and message.
 """
 
 from __future__ import annotations
@@ -23,24 +43,21 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
+import site
 import sys
-import tempfile
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import nbformat
-from jupyter_core.utils import run_sync
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
 from common.cli import option, parse_config
 from common.paths import repo_root
-from course.assignments import STUB, Exercise, exercises_of, instructor_sources
-from course.sandbox import FileGuard, PrefixedKernelManager, bwrap_prefix, choose_sandbox
+from course.assignments import STUB, Exercise, exercises_of, instructor_sources, strip_hidden_tests
+from course.judge import answer_problems
+from course.judging import Run, may_drop, run_notebook
+from course.sandbox import FileGuard, choose_sandbox
 
-MAX_MESSAGE, MAX_OUTPUT = 400, 5_000
+MAX_MESSAGE = 400
 
 
 @dataclass
@@ -57,9 +74,14 @@ class GradingConfig:
     notebooks: tuple[str, ...] = option((), "grade only these (e.g. ex01_pytorch_basics); missing "
                                         "ones score 0", nargs="*")
     timeout: float = option(300.0, "seconds per notebook")
-    cell_timeout: float = option(60.0, "seconds per cell")
+    cell_timeout: float = option(60.0, "seconds per exercise (answer and checks)")
     sandbox: str = option("auto", "bwrap: bubblewrap sandbox; none: unsandboxed; auto: bwrap if "
                           "available", choices=("auto", "bwrap", "none"))
+    memory_mb: int = option(2048, "memory an exercise may add, MiB")
+    cpu_seconds: int = option(120, "CPU seconds per process of an exercise")
+    processes: int = option(64, "processes an exercise may run at once")
+    open_files: int = option(256, "open files per process")
+    file_mb: int = option(64, "largest file (and output) an exercise may write, MiB")
 
     def __post_init__(self) -> None:
         self.repo = Path(self.repo) if self.repo else repo_root()
@@ -81,27 +103,53 @@ class Result:
 
 
 @dataclass
-class _Run:
-    """What one execution of a graded notebook produced."""
+class Integrity:
+    """A change to the instructor's files (or the checker) that a submission made; undone.
 
-    errors: dict[int, str] = field(default_factory=dict)
-    ran: set[int] = field(default_factory=set)
-    tampered: dict[int, list[str]] = field(default_factory=dict)
-    fatal: tuple[int, str] | None = None
+    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
+    """
+
+    student: str
+    exercise: str
+    kind: str  # "files" (changed, created or deleted; undone) or "checker" (rebound references)
+    details: list[str]
 
 
 def find_submissions(config: GradingConfig, names: list[str]) -> list[tuple[str, str, Path | None]]:
     """``(student, notebook, path)`` per student folder and notebook; path None if missing.
 
+    Symbolic links are listed (and refused when read), never followed.
+
     Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     found = []
     for folder in sorted(p for p in Path(config.submissions).iterdir() if p.is_dir()):
-        paths = {p.stem: p for p in sorted(folder.rglob("*.ipynb"), reverse=True)
-                 if p.stem in names and ".ipynb_checkpoints" not in p.parts}
+        candidates = [Path(d) / n for d, _, files in os.walk(folder) for n in files
+                      if n.endswith(".ipynb") and ".ipynb_checkpoints" not in Path(d).parts]
+        paths = {p.stem: p for p in sorted(candidates, reverse=True) if p.stem in names}
         wanted = config.notebooks or tuple(sorted(paths))
         found += [(folder.name, name, paths.get(name)) for name in wanted]
     return found
+
+
+def read_submission(path: Path, folder: Path) -> nbformat.NotebookNode:
+    """Read a submitted notebook without following links: a symbolic or hard link is refused.
+
+    Raises:
+        ValueError: Naming the link.
+
+    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
+    """
+    for part in [path, *path.parents]:
+        if part == folder.parent:
+            break
+        if part.is_symlink():
+            raise ValueError(f"{part.name} is a symbolic link: hand in the file itself")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        if os.fstat(handle.fileno()).st_nlink > 1:
+            raise ValueError(f"{path.name} is a hard link: hand in a copy of the file")
+        return nbformat.reads(handle.read(50 * 2**20).decode("utf-8"), as_version=4)
 
 
 def graded_notebook(source: nbformat.NotebookNode, submission: nbformat.NotebookNode,
@@ -129,124 +177,88 @@ def graded_notebook(source: nbformat.NotebookNode, submission: nbformat.Notebook
     return graded, missing
 
 
-def _describe(error: Exception) -> str:
-    if isinstance(error, CellExecutionError):
-        text = f"{error.ename}: {error.evalue}".strip().rstrip(":")
-    else:
-        text = f"{type(error).__name__}: {error}"
-    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + " ..."
+def _requests(nb: nbformat.NotebookNode, exercises: list[Exercise], refused: dict[str, str]) -> list[dict]:
+    """The judge's requests in notebook order: setup cells, and one per exercise at its check cell."""
+    by_tests = {e.tests_cell: e for e in exercises}
+    answers = {e.answer_cell for e in exercises}
+    requests = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or index in answers:
+            continue
+        exercise = by_tests.get(index)
+        if exercise is None:
+            requests.append({"op": "setup", "index": index, "code": cell.source})
+        elif exercise.key not in refused:
+            requests.append({"op": "exercise", "key": exercise.key, "check": cell.source,
+                             "answer": nb.cells[exercise.answer_cell].source})
+    return requests
 
 
-def _execute(nb: nbformat.NotebookNode, workdir: Path, prefix: list[str], env: dict[str, str],
-             guard: FileGuard, config: GradingConfig, exercise_cells: set[int]) -> _Run:
-    """Run every cell in a fresh kernel; stop at a timeout or a dead kernel."""
-    run, deadline = _Run(), time.monotonic() + config.timeout
-    km = PrefixedKernelManager(kernel_name="python3", prefix=prefix)
-    client = NotebookClient(nb, km=km, kernel_name="python3", timeout=int(config.cell_timeout),
-                            shutdown_kernel="immediate",
-                            resources={"metadata": {"path": str(workdir)}})
-    try:
-        with client.setup_kernel(env=env, stdout=subprocess.DEVNULL, cleanup_kc=True):
-            for index, cell in enumerate(nb.cells):
-                if cell.cell_type != "code":
-                    continue
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    run.fatal = (index, f"the notebook ran out of time ({config.timeout:g} s)")
-                    break
-                # Student code runs in exercise cells; the instructor's setup cells (imports)
-                # only have the notebook's limit, so a slow import is not a student's failure.
-                limit = config.cell_timeout if index in exercise_cells else left
-                client.timeout = max(1, int(min(limit, left)))
-                try:
-                    client.execute_cell(cell, index)
-                except CellExecutionError as error:
-                    run.errors[index] = _describe(error)
-                except (CellTimeoutError, TimeoutError):
-                    run.fatal = (index, f"timed out after {client.timeout} s")
-                except DeadKernelError as error:
-                    run.fatal = (index, f"the kernel died ({_describe(error)})")
-                run.ran.add(index)
-                changes = guard.changes()
-                if changes:
-                    run.tampered[index] = changes
-                    guard.restore()
-                if run.fatal:
-                    break
-    finally:
-        if km.has_kernel:  # nbclient normally shut it down already
-            run_sync(km.shutdown_kernel)(now=True)
-    return run
-
-
-def _owner(index: int, exercises: list[Exercise]) -> Exercise | None:
-    return next((e for e in exercises if index in (e.answer_cell, e.tests_cell)), None)
-
-
-def _score(exercise: Exercise, run: _Run, notes: dict[str, str], missing: set[str],
-           tampered: list[str]) -> tuple[float, str]:
-    if exercise.key in notes:
-        return 0.0, notes[exercise.key]
-    if tampered:
-        return 0.0, "changed files outside its working copy (undone): " + "; ".join(tampered)[:MAX_MESSAGE]
+def _score(exercise: Exercise, run: Run, refused: dict[str, str], missing: set[str]) -> tuple[float, str]:
     if exercise.key in missing:
         return 0.0, f"the answer cell '{exercise.key}-answer' is missing from the submission"
-    if exercise.tests_cell not in run.ran:
-        return 0.0, "not run: " + (run.fatal[1] if run.fatal else "the notebook stopped earlier")
-    answer_error = run.errors.get(exercise.answer_cell)
-    check_error = run.errors.get(exercise.tests_cell)
+    if exercise.key in refused:
+        return 0.0, f"answer cell: {refused[exercise.key]}"
+    if exercise.key in run.changes:
+        return 0.0, ("changed files outside its working copy (undone): "
+                     + "; ".join(run.changes[exercise.key]))[:MAX_MESSAGE]
+    reply = run.replies.get(exercise.key)
+    if reply is None:
+        why = run.fatal.get(exercise.key) or next(iter(run.fatal.values()), "the notebook stopped earlier")
+        setup = "; ".join(run.setup_errors.values())
+        return 0.0, f"not run: {why}" + (f" (setup: {setup})" if setup else "")
+    if reply.get("fatal"):
+        return 0.0, str(reply["fatal"])[:MAX_MESSAGE]
+    if reply.get("tampered"):
+        return 0.0, ("tampered with the checker (rebound "
+                     + ", ".join(map(str, reply["tampered"])) + ")")[:MAX_MESSAGE]
+    answer_error = reply.get("answer_error")
+    check_error = reply.get("check_error")
+    answer_error = str(answer_error)[:MAX_MESSAGE] if answer_error else None
+    check_error = str(check_error)[:MAX_MESSAGE] if check_error else None
     if check_error is None:
         return exercise.points, "passed" + (f" (answer cell: {answer_error})" if answer_error else "")
-    if check_error.startswith("NotImplementedError"):
+    if check_error.startswith("NotImplementedError") or (answer_error or "").startswith("NotImplementedError"):
         return 0.0, "not attempted (NotImplementedError)"
     prefix = f"answer cell: {answer_error}; " if answer_error else ""
     return 0.0, f"{prefix}check failed: {check_error}"
 
 
-def grade_notebook(student: str, source_path: Path, submission_path: Path | None,
-                   config: GradingConfig, sandbox: str, guard: FileGuard) -> list[Result]:
+def grade_notebook(student: str, source_path: Path, submission_path: Path | None, config: GradingConfig,
+                   sandbox: str, guard: FileGuard | None) -> tuple[list[Result], list[Integrity]]:
     """Grade one submitted notebook; never raises for anything the submission does.
 
     Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     source = nbformat.read(source_path, as_version=4)
     exercises = exercises_of(source, name=source_path.name)
-
+    notebook = source_path.stem
     if submission_path is None:
-        return zero_rows(student, source_path.stem, exercises, "not submitted")
+        return zero_rows(student, notebook, exercises, "not submitted"), []
     try:
-        submission = nbformat.read(submission_path, as_version=4)
+        submission = read_submission(submission_path, Path(config.submissions) / student)
     except (OSError, ValueError, KeyError, TypeError) as error:  # nbformat raises several kinds
-        return zero_rows(student, source_path.stem, exercises,
-                         f"cannot read the notebook: {_describe(error)}")
+        return zero_rows(student, notebook, exercises, f"cannot read the notebook: {error}"[:MAX_MESSAGE]), []
     nb, missing = graded_notebook(source, submission, exercises)
-    notes: dict[str, str] = {}
-    cells = {i for e in exercises for i in (e.answer_cell, e.tests_cell)}
-    tampered: dict[str, list[str]] = {}  # exercise key (or "(setup)") -> changes, all attempts
-    for _attempt in range(len(exercises) + 1):
-        with tempfile.TemporaryDirectory(prefix=f"grade-{student}-") as tmp:
-            run = _attempt_run(nb, Path(tmp), source_path.name, config, sandbox, guard, cells)
-        for index, changes in run.tampered.items():
-            owner = _owner(index, exercises)
-            tampered.setdefault(owner.key if owner else "(setup)", []).extend(changes)
-        if run.fatal is None:
-            break
-        index, why = run.fatal
-        owner = _owner(index, exercises)
-        if owner is None or owner.key in notes:
-            break
-        notes[owner.key] = why
-        nb.cells[owner.answer_cell].source = STUB  # leave that answer out and run again
-    _write_feedback(nb, config.out / "feedback" / student / source_path.name)
-    results = []
+    refused = {e.key: why for e in exercises if e.key not in missing
+               and (why := answer_problems(nb.cells[e.answer_cell].source))}
+    run = run_notebook(_requests(nb, exercises, refused | {k: "" for k in missing}), student,
+                        config, sandbox, guard)
+    results, integrity = [], []
     for exercise in exercises:
-        points, message = _score(exercise, run, notes, missing, tampered.get(exercise.key, []))
-        results.append(Result(student, f"{source_path.stem}/{exercise.key}", points,
-                              exercise.points, message))
-    if "(setup)" in tampered:  # changed while an instructor cell ran: reported, worth nothing
-        message = "changed files outside its working copy (undone): " + "; ".join(tampered["(setup)"])
-        results.append(Result(student, f"{source_path.stem}/(setup)", 0.0, 0.0, message[:MAX_MESSAGE]))
-    return results
+        points, message = _score(exercise, run, refused, missing)
+        results.append(Result(student, f"{notebook}/{exercise.key}", points, exercise.points, message))
+        reply = run.replies.get(exercise.key) or {}
+        if reply.get("tampered"):
+            integrity.append(Integrity(student, f"{notebook}/{exercise.key}", "checker",
+                                       [str(t) for t in reply["tampered"]]))
+    for key, changes in run.changes.items():
+        integrity.append(Integrity(student, f"{notebook}/{key}", "files", changes))
+    if "(setup)" in run.changes:  # changed while an instructor cell ran: reported, worth nothing
+        message = "changed files outside its working copy (undone): " + "; ".join(run.changes["(setup)"])
+        results.append(Result(student, f"{notebook}/(setup)", 0.0, 0.0, message[:MAX_MESSAGE]))
+    _write_feedback(nb, exercises, results, config.out / "feedback" / student / source_path.name)
+    return results, integrity
 
 
 def zero_rows(student: str, notebook: str, exercises: list[Exercise], message: str) -> list[Result]:
@@ -257,29 +269,15 @@ def zero_rows(student: str, notebook: str, exercises: list[Exercise], message: s
     return [Result(student, f"{notebook}/{e.key}", 0.0, e.points, message) for e in exercises]
 
 
-def _attempt_run(nb: nbformat.NotebookNode, tmp: Path, name: str, config: GradingConfig,
-                 sandbox: str, guard: FileGuard, exercise_cells: set[int]) -> _Run:
-    workdir = tmp / "work"
-    for sub in ("home", "tmp", "data"):
-        (workdir / sub).mkdir(parents=True)
-    nbformat.write(nb, workdir / name)  # the working copy
-    env = {**os.environ, "HOME": str(workdir / "home"), "TMPDIR": str(workdir / "tmp"),
-           "COMPANION_DATA": str(workdir / "data"), "MPLBACKEND": "Agg",
-           "PYTHONPATH": os.pathsep.join([str(config.repo), os.environ.get("PYTHONPATH", "")])}
-    prefix: list[str] = []
-    if sandbox == "bwrap":
-        keep = [config.repo.resolve(), Path(sys.prefix).resolve(), workdir.resolve()]
-        hidden = [p.resolve() for p in (config.sources, config.submissions, config.out)]
-        hidden = [p for p in hidden if p.is_dir() and not any(k.is_relative_to(p) for k in keep)]
-        prefix = bwrap_prefix(workdir, hidden)
-    return _execute(nb, workdir, prefix, env, guard, config, exercise_cells)
-
-
-def _write_feedback(nb: nbformat.NotebookNode, path: Path) -> None:
-    for cell in nb.cells:
-        for output in cell.get("outputs", []):
-            if isinstance(output.get("text"), str) and len(output["text"]) > MAX_OUTPUT:
-                output["text"] = output["text"][:MAX_OUTPUT] + "\n... (output cut)"
+def _write_feedback(nb: nbformat.NotebookNode, exercises: list[Exercise], results: list[Result],
+                    path: Path) -> None:
+    """The answers, and under each check cell (hidden checks removed) its name, points and message."""
+    rows = {r.exercise.rsplit("/", 1)[1]: r for r in results}
+    for exercise in exercises:
+        cell, row = nb.cells[exercise.tests_cell], rows[exercise.key]
+        cell.source = strip_hidden_tests(cell.source)
+        text = f"{exercise.key}: {row.points:g} / {row.max_points:g} points: {row.message}\n"
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
 
@@ -303,6 +301,15 @@ def write_report(results: list[Result], out: Path, info: dict) -> None:
     (out / "grades.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
 
 
+def _guard(config: GradingConfig) -> FileGuard:
+    """Every file of the repository (new ones too), the submissions, and what Python imports at start."""
+    roots = [(config.repo, ("*",)), (config.repo / ".git" / "hooks", ("*",)), (config.repo / ".git", ("config",), 0),
+             (config.submissions, ("*",))]
+    roots += [(config.sources, ("*",))] if not config.sources.resolve().is_relative_to(config.repo.resolve()) else []
+    roots += [(Path(p), ("*.py", "*.pth"), 0) for p in site.getsitepackages() if Path(p).is_dir()]
+    return FileGuard(roots, skip=(config.out,))
+
+
 def grade(config: GradingConfig) -> tuple[list[Result], dict]:
     """Grade every submission under ``config.submissions``; returns the rows and run info.
 
@@ -313,19 +320,25 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
     if unknown:
         raise ValueError(f"no instructor source for {sorted(unknown)} in {config.sources}")
     sandbox, why = choose_sandbox(config.sandbox)
-    guard = FileGuard([(config.repo / "common", ("*.py",)), (config.repo / "course", ("*.py",)),
-                       (config.sources, ("*.py", "*.ipynb")), (config.submissions, ("*.ipynb",))])
+    if sandbox != "bwrap":
+        print(f"WARNING: {why}", file=sys.stderr, flush=True)
+    guard = _guard(config)
     results: list[Result] = []
+    integrity: list[Integrity] = []
     for student, name, path in find_submissions(config, list(sources)):
         print(f"grading {student}/{name} ...", flush=True)
         try:
-            results += grade_notebook(student, sources[name], path, config, sandbox, guard)
+            rows, problems = grade_notebook(student, sources[name], path, config, sandbox, guard)
         except Exception as error:  # noqa: BLE001 - one broken submission must not stop the rest
             exercises = exercises_of(nbformat.read(sources[name], as_version=4), name=name)
-            results += zero_rows(student, name, exercises, f"grader error: {_describe(error)}")
-    info = {"sandbox": sandbox, "sandbox_note": why, "integrity": [
-        f"{r.student} {r.exercise}: {r.message}" for r in results
-        if r.message.startswith("changed files")]}
+            rows, problems = zero_rows(student, name, exercises, f"grader error: {type(error).__name__}: "
+                                       f"{error}"[:MAX_MESSAGE]), []
+        results += rows
+        integrity += problems
+    uid_note = "" if os.geteuid() != 0 or may_drop(config, sandbox) else \
+        " (root, but the judges run as root: make the repository and Python readable by others)"
+    info = {"sandbox": sandbox, "sandbox_note": why + uid_note,
+            "integrity": [asdict(problem) for problem in integrity]}
     return results, info
 
 
@@ -343,8 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     results, info = grade(config)
     write_report(results, config.out, info)
     print(f"sandbox: {info['sandbox_note']}")
-    for line in info["integrity"]:
-        print(f"WARNING {line}", file=sys.stderr)
+    for problem in info["integrity"]:
+        print(f"WARNING {problem['student']} {problem['exercise']}: {problem['kind']}: "
+              + "; ".join(problem["details"]), file=sys.stderr)
     totals = json.loads((config.out / "grades.json").read_text())["totals"]
     for student, total in totals.items():
         print(f"{student}: {total['points']:g} / {total['max_points']:g}")

@@ -1,16 +1,22 @@
-"""Contain untrusted notebook code: a bubblewrap sandbox for its kernel, and a file guard.
+"""Contain untrusted notebook code: a bubblewrap sandbox, a file guard, and uids of its own.
 
-``choose_sandbox`` decides whether bubblewrap works on this machine; ``bwrap_prefix`` is
-the command line that makes the whole machine read-only except one working copy and
-hides chosen folders; ``PrefixedKernelManager`` starts a Jupyter kernel behind such a
-prefix. ``FileGuard`` snapshots files (bytes and sha256) so that any change made by the
-code, sandboxed or not, can be reported and undone. ``course.grading`` uses all four.
+``choose_sandbox`` decides whether bubblewrap works on this machine; ``bwrap_prefix`` is the
+command line that makes the whole machine read-only except one working copy, hides chosen
+folders (putting chosen parts back read-only) and gives the code no network and no view of other
+processes. ``FileGuard`` snapshots files (bytes and sha256, new files included) so that any
+change made by the code, sandboxed or not, can be reported and undone. As root, ``judge_uid``
+hands each judge a uid nobody else uses and ``kill_uid`` ends all its processes.
+``PrefixedKernelManager`` starts a Jupyter kernel behind such a prefix. ``course.judging`` uses them.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
+import itertools
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -18,26 +24,37 @@ from pathlib import Path
 from jupyter_client import AsyncKernelManager
 from traitlets import List, Unicode
 
+#: Folders the file guard does not watch: version control internals, environments, data and outputs.
+UNWATCHED = frozenset({".git", ".venv", "venv", "data", "build", "runs", "node_modules", "__pycache__",
+                       ".ipynb_checkpoints", ".pytest_cache", ".ruff_cache"})
+
 
 class FileGuard:
     """Remembers files (bytes and sha256) so that any change can be reported and undone.
 
+    ``roots`` are ``(folder, patterns)`` or ``(folder, patterns, max_depth)``; folders named in
+    ``UNWATCHED`` (and ``skip``) are not entered. A created file matching a pattern is a change.
+
     Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
 
-    def __init__(self, roots: list[tuple[Path, tuple[str, ...]]]) -> None:
-        self.roots = [(Path(root), patterns) for root, patterns in roots]
+    def __init__(self, roots: list[tuple], skip: tuple[Path, ...] = ()) -> None:
+        self.roots = [(Path(r[0]), tuple(r[1]), r[2] if len(r) > 2 else None) for r in roots]
+        self.skip = {Path(p).resolve() for p in skip}
         self.saved = {path: path.read_bytes() for path in self._listing()}
         self.hashes = {path: hashlib.sha256(data).hexdigest() for path, data in self.saved.items()}
 
     def _listing(self) -> list[Path]:
-        found = []
-        for root, patterns in self.roots:
-            for pattern in patterns:
-                found += [p for p in root.rglob(pattern) if p.is_file()
-                          and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts]
-        return sorted(set(found))
-
+        found: set[Path] = set()
+        for root, patterns, max_depth in self.roots:
+            for folder, dirs, names in os.walk(root):
+                here = Path(folder)
+                depth = len(here.relative_to(root).parts)
+                dirs[:] = [d for d in dirs if d not in UNWATCHED and (here / d).resolve() not in self.skip
+                           and (max_depth is None or depth < max_depth)]
+                found.update(here / n for n in names
+                             if any(fnmatch.fnmatch(n, p) for p in patterns) and not (here / n).is_symlink())
+        return sorted(found)
     def changes(self) -> list[str]:
         """Describe every file modified, deleted or created since the snapshot."""
         now = set(self._listing())
@@ -70,8 +87,12 @@ class PrefixedKernelManager(AsyncKernelManager):
         return [*self.prefix, *super().format_kernel_cmd(extra_arguments)]
 
 
-def bwrap_prefix(workdir: Path, hidden: list[Path]) -> list[str]:
+def bwrap_prefix(workdir: Path, hidden: list[Path], exposed: list[Path] = ()) -> list[str]:
     """The bubblewrap command line: everything read-only, ``workdir`` writable, ``hidden`` empty.
+
+    ``exposed`` are put back read-only inside hidden folders (e.g. ``common/`` inside the hidden
+    repository). No network (a namespace of its own with only loopback), no view of other
+    processes, and every process ends with the sandbox.
 
     Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
@@ -79,10 +100,20 @@ def bwrap_prefix(workdir: Path, hidden: list[Path]) -> list[str]:
             "--tmpfs", "/dev/shm"]
     for path in hidden:
         args += ["--tmpfs", str(path)]
+    made: set[Path] = set()
+    for path in exposed:
+        # bubblewrap would make the folders leading to a mount point 0700: others could not pass.
+        for parent in reversed(Path(path).parents):
+            if parent not in made and any(parent.is_relative_to(h) and parent != Path(h) for h in hidden):
+                args += ["--perms", "0755", "--dir", str(parent)]
+                made.add(parent)
+        args += ["--ro-bind", str(path), str(path)]
+    if os.geteuid() != 0:  # root keeps its uid to hand each judge a uid of its own
+        args.append("--unshare-user")
     # JPY_PARENT_PID would make ipykernel exit: in a new PID namespace its parent looks like init.
     return args + ["--bind", str(workdir), str(workdir), "--unshare-pid", "--unshare-ipc",
-                   "--die-with-parent", "--new-session", "--unsetenv", "JPY_PARENT_PID",
-                   "--chdir", str(workdir), "--"]
+                   "--unshare-net", "--unshare-uts", "--die-with-parent", "--new-session",
+                   "--unsetenv", "JPY_PARENT_PID", "--chdir", str(workdir), "--"]
 
 
 def choose_sandbox(mode: str) -> tuple[str, str]:
@@ -91,7 +122,8 @@ def choose_sandbox(mode: str) -> tuple[str, str]:
     Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     if mode == "none":
-        return "none", "sandbox disabled (--sandbox none)"
+        return "none", ("sandbox disabled (--sandbox none); UNSAFE FOR UNTRUSTED SUBMISSIONS: no network "
+                        "or file isolation; files are hashed and restored, strays killed")
     if shutil.which("bwrap") is None:
         why = "bwrap not found (apt-get install bubblewrap)"
     else:
@@ -99,8 +131,61 @@ def choose_sandbox(mode: str) -> tuple[str, str]:
             command = [*bwrap_prefix(Path(probe), []), "true"]
             done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
         if done.returncode == 0:
-            return "bwrap", "bubblewrap: read-only machine, writable working copy"
+            return "bwrap", ("bubblewrap: read-only machine, no network, repository and submissions hidden, "
+                              "writable working copy")
         why = f"bwrap does not work here: {done.stderr.strip()[:200]}"
     if mode == "bwrap":
         raise RuntimeError(why)
-    return "none", why + "; running without a sandbox, files are still hashed"
+    return "none", (why + "; UNSAFE FOR UNTRUSTED SUBMISSIONS: running without a sandbox (no network "
+                     "or file isolation); files are hashed and restored, strays killed")
+
+
+_uids = itertools.count()
+
+
+def judge_uid() -> int | None:
+    """A uid no other process uses, for one judge and its exercises, when running as root; else None.
+
+    A uid of its own makes the process-count limit hold (root is exempt), keeps the judge from
+    signalling or writing anything of the grader's, and lets ``kill_uid`` find every stray.
+
+    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
+    """
+    if os.geteuid() != 0:
+        return None
+    return 1_500_000_000 + (os.getpid() % 100_000) * 100 + next(_uids) % 100
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every process whose real uid is ``uid`` until none is left.
+
+    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
+    """
+    for _ in range(1000):
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                status = (entry / "status").read_text()
+            except (OSError, ValueError):
+                continue
+            uid_line = next((line for line in status.splitlines() if line.startswith("Uid:")), "")
+            if entry.name.isdigit() and uid_line.split()[1:2] == [str(uid)]:
+                found.append(int(entry.name))
+        if not found:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def readable_by_others(path: Path) -> bool:
+    """True if a user other than the owner can reach ``path`` (every parent searchable, it readable).
+
+    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
+    """
+    path = Path(path).resolve()
+    if not path.exists() or not path.stat().st_mode & 0o004:
+        return False
+    return all(parent.stat().st_mode & 0o001 for parent in path.parents)

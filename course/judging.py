@@ -1,0 +1,202 @@
+"""Run one graded notebook through judges (``course.judge``) inside the sandbox, from the grader's side.
+
+``run_notebook`` starts a judge in a fresh working copy (under bubblewrap where it works, as
+root under a uid of its own), sends it the setup cells and exercises one request at a time,
+checks the repository after every reply, and starts a new judge for the exercises that are
+left when one is killed. Only the fields it knows are kept from each reply.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from course.sandbox import FileGuard, bwrap_prefix, judge_uid, kill_uid, readable_by_others
+
+if TYPE_CHECKING:
+    from course.grading import GradingConfig
+
+MAX_MESSAGE = 400
+#: How the judge is started: no user site, no working directory on sys.path (``-P`` needs 3.11).
+JUDGE = [sys.executable, "-s", "-c", "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+         "from course.judge import main; raise SystemExit(main())"]
+
+
+@dataclass
+class Run:
+    """What the judges said about one notebook.
+
+    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
+    """
+
+    replies: dict[str, dict] = field(default_factory=dict)
+    setup_errors: dict[int, str] = field(default_factory=dict)
+    changes: dict[str, list[str]] = field(default_factory=dict)  # exercise key or "(setup)"
+    fatal: dict[str, str] = field(default_factory=dict)  # exercise key -> why the judge stopped
+
+
+
+def _readline(proc: subprocess.Popen, buffer: bytearray, deadline: float) -> dict | None:
+    """The judge's next reply, or None if it died or missed the deadline."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while b"\n" not in buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(timeout=left):
+                return None
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk or len(buffer) > 2**20:
+                return None
+            buffer += chunk
+    line, _, rest = bytes(buffer).partition(b"\n")
+    buffer[:] = rest
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
+def _environment(workdir: Path, config: GradingConfig) -> dict[str, str]:
+    """Only what the exercises need: no credentials of the instructor's reach the sandbox."""
+    keep = {k: v for k, v in os.environ.items()
+            if k in ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS") or k.startswith("COMPANION_NETGUARD")}
+    return {**keep, "HOME": str(workdir / "home"), "TMPDIR": str(workdir / "tmp"),
+            "COMPANION_DATA": str(workdir / "data"), "MPLBACKEND": "Agg", "USER": "student",
+            "LOGNAME": "student", "COMPANION_REPO": str(config.repo),
+            "PYTHONPATH": os.pathsep.join([str(config.repo), os.environ.get("PYTHONPATH", "")])}
+
+
+def _closed_ancestor(path: Path) -> Path | None:
+    """The highest folder above ``path`` that others cannot search (e.g. ``/root``), if any."""
+    return next((p for p in reversed(path.parents) if not p.stat().st_mode & 0o001), None)
+
+
+def _prefix(workdir: Path, config: GradingConfig, sandbox: str) -> list[str]:
+    if sandbox != "bwrap":
+        return []
+    repo = config.repo.resolve()
+    pythons = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    roots = {repo, *(p for py in pythons for p in py.parents if (p / ".git").exists())}
+    # Folders others cannot search become empty (so a judge under its own uid gets through them).
+    roots |= {c for p in (repo, *pythons, workdir) if (c := _closed_ancestor(p))}
+    roots = {r for r in roots if not any(r != o and r.is_relative_to(o) for o in roots)}
+    hidden = sorted(roots) + [repo / "chapters"]
+    hidden += [p.resolve() for p in (config.sources, config.submissions, config.out)
+               if p.is_dir() and not any(p.resolve().is_relative_to(r) for r in roots)]
+    exposed = [repo / "common", repo / "course", repo / "pyproject.toml"]
+    exposed += [p for p in pythons if any(p.is_relative_to(r) for r in roots)]
+    return bwrap_prefix(workdir, hidden, exposed)
+
+
+def _workdir(tmp: Path, uid: int | None) -> Path:
+    workdir = tmp / "work"
+    for sub in ("home", "tmp", "data"):
+        (workdir / sub).mkdir(parents=True)
+    if uid is not None:
+        os.chmod(tmp, 0o711)
+        for path in (workdir, *workdir.iterdir()):
+            os.chown(path, uid, uid)
+    return workdir
+
+
+def _judge(requests: list[dict], tmp: Path, config: GradingConfig, sandbox: str, uid: int | None,
+           guard: FileGuard | None, run: Run) -> list[dict]:
+    """Send requests to one judge until done or it dies; returns the requests left over."""
+    workdir = tmp / "work"
+    limits = {"repo": str(config.repo), "uid": uid, "cell_timeout": config.cell_timeout,
+              "memory_mb": config.memory_mb, "cpu_seconds": config.cpu_seconds,
+              "processes": config.processes, "open_files": config.open_files, "file_mb": config.file_mb}
+    deadline = time.monotonic() + config.timeout
+    with open(tmp / "judge.err", "wb") as errors:
+        proc = subprocess.Popen([*_prefix(workdir, config, sandbox), *JUDGE, json.dumps(limits)],
+                                cwd=workdir, env=_environment(workdir, config), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=errors, start_new_session=True)
+    buffer = bytearray()
+    left = list(requests)
+    try:
+        while left:
+            request = left[0]
+            key = request.get("key", "(setup)")
+            try:
+                proc.stdin.write((json.dumps(request) + "\n").encode())
+                proc.stdin.flush()
+            except BrokenPipeError:
+                reply = None
+            else:
+                wait = config.cell_timeout + 30 if request["op"] == "exercise" else config.timeout
+                reply = _readline(proc, buffer, min(deadline, time.monotonic() + wait))
+            left.pop(0)
+            changes = guard.changes() if guard else []
+            if changes:
+                run.changes.setdefault(key, []).extend(changes)
+                guard.restore()
+            if reply is None:
+                why = ("the notebook ran out of time" if time.monotonic() >= deadline
+                       else "the checker process was killed or stopped answering")
+                run.fatal[key] = why
+                if request["op"] == "setup":  # nothing after a broken setup can be graded
+                    run.fatal.update({r["key"]: why for r in left if r["op"] == "exercise"})
+                    return []
+                return left
+            if reply.get("op") == "setup" and reply.get("error"):
+                run.setup_errors[request["index"]] = str(reply["error"])[:MAX_MESSAGE]
+            elif reply.get("op") == "result" and reply.get("key") == key:
+                run.replies[key] = reply
+        return []
+    finally:
+        _stop(proc, uid)
+
+
+def _stop(proc: subprocess.Popen, uid: int | None) -> None:
+    """End the judge and everything it started (its session; as root, every process of its uid)."""
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            stream.close()
+        except OSError:
+            pass
+    try:  # every exercise's processes are gone already: nothing is left to finish
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    if uid is not None:
+        kill_uid(uid)
+
+
+def run_notebook(requests: list[dict], student: str, config: GradingConfig, sandbox: str,
+                  guard: FileGuard | None) -> Run:
+    """Run the requests, starting a new judge (setup again) after one was killed.
+
+    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
+    """
+    run = Run()
+    left = requests if any(r["op"] == "exercise" for r in requests) else []
+    while left:
+        uid = judge_uid() if may_drop(config, sandbox) else None
+        with tempfile.TemporaryDirectory(prefix=f"grade-{student}-") as tmp:
+            _workdir(Path(tmp), uid)
+            left = _judge(left, Path(tmp), config, sandbox, uid, guard, run)
+        exercises = [r for r in left if r["op"] == "exercise"]
+        # A new judge: the setup cells again, then the exercises after the one that killed the last.
+        left = [r for r in requests if r["op"] == "setup" or r in exercises] if exercises else []
+    return run
+
+
+def may_drop(config: GradingConfig, sandbox: str) -> bool:
+    """As root, run each judge under a uid of its own: inside bubblewrap always, else if it can read.
+
+    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
+    """
+    if os.geteuid() != 0:
+        return False
+    needed = (config.repo / "common" / "__init__.py", Path(os.__file__), Path(sys.executable))
+    return sandbox == "bwrap" or all(readable_by_others(p) for p in needed)
