@@ -96,8 +96,9 @@ def bwrap_prefix(workdir: Path, hidden: list[Path], exposed: list[Path] = ()) ->
 
     Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
+    # /dev/shm writable by the judge's own uid: DataLoader workers pass batches through it.
     args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/dev/shm"]
+            "--perms", "1777", "--tmpfs", "/dev/shm"]
     for path in hidden:
         args += ["--tmpfs", str(path)]
     made: set[Path] = set()

@@ -156,8 +156,8 @@ def run_ddp(script: Path, out: Path) -> str:
 print(run_ddp(WORK / "broken_ddp.py", WORK / "broken"))
 
 # %% [markdown]
-# Write the corrected script into `ex04_work/fixed_ddp.py`: the answer cell writes the text of
-# `fixed_script` there. Copy the script above between its `'''` quotes and fix it. Call `sampler.set_epoch(epoch)` at the start of every epoch,
+# Write the corrected script as the text of `fixed_script`; the check below saves it as
+# `ex04_work/fixed_ddp.py` and runs it (an answer cell holds definitions only). Copy the script above between its `'''` quotes and fix it. Call `sampler.set_epoch(epoch)` at the start of every epoch,
 # sum `correct` and `seen` over the ranks with `dist.all_reduce` before rank 0 prints them, and let only
 # rank 0 save (and print `rank 0: saved model.pt`). Keep the printed lines as they are.
 
@@ -221,11 +221,10 @@ if __name__ == "__main__":
     main()
 ### END SOLUTION
 '''
-(WORK / "fixed_ddp.py").write_text(fixed_script)
-print(f"wrote {WORK / 'fixed_ddp.py'}: {len(fixed_script.splitlines())} lines")
 
 # %% nbgrader={"grade": true, "grade_id": "ex2-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 with checks("Exercise 2"):
+    (WORK / "fixed_ddp.py").write_text(fixed_script)
     printed = run_ddp(WORK / "fixed_ddp.py", WORK / "fixed")
     epochs = re.findall(r"^epoch (\d+): (\d+) samples, accuracy [\d.]+, first indices (\[.*\])$", printed, re.M)
     assert len(epochs) == 3, f"expected one line per epoch from rank 0, got:\n{printed}"

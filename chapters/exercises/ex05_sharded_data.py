@@ -191,8 +191,8 @@ assert refuses(shard_with([("dir/a.jpg", b"x")], workdir / "nested.tar")), "name
 
 # %% [markdown]
 # ## Exercise 4 — A bounded shuffle buffer · 2 points
-# A stream cannot be shuffled as a whole. Write the generator `shuffle_buffer(items, *, buffer_size,
-# generator)`: fill a buffer with the first `buffer_size` items; then, for every further item, pick a
+# A stream cannot be shuffled as a whole. Write the generator
+# `shuffle_buffer(items, *, buffer_size, generator)`: fill a buffer with the first `buffer_size` items; then, for every further item, pick a
 # random position `j` in the buffer (`torch.randint(len(buffer), (1,), generator=generator)`), yield
 # the item there and put the new item in its place; at the end, yield what is left in the buffer in a
 # random order (`torch.randperm(..., generator=generator)`). Never hold more than `buffer_size` items,
