@@ -26,7 +26,7 @@ PYTEST_PARALLEL ?= -n 2 --dist loadfile
 NETGUARD := PYTHONPATH=$(CURDIR)/tests/netguard COMPANION_NETGUARD_LOG=$(CURDIR)/build/netguard.log \
 	OMP_NUM_THREADS=1
 
-.PHONY: help install data lab test unit notebooks bench bench-ddp bench-fsdp assignments grade html translations doctor system-deps shards lint format clean distclean
+.PHONY: lab-hint help install data lab test unit notebooks bench bench-ddp bench-fsdp assignments grade html translations doctor system-deps shards lint format clean distclean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -45,9 +45,11 @@ install: $(STAMP) ## Create .venv and install requirements + `common` (CPU-only 
 data: $(STAMP) ## Generate the synthetic dataset in data/ (skipped when intact)
 	$(BIN)/python data_scripts/make_synthetic_data.py
 
-lab: data ## Open JupyterLab on chapters/ (the repository root served) with the .venv kernel
-	@echo "中文版 (Chinese edition): open chapters/zh/ in JupyterLab's file browser; see README.zh-CN.md"
+lab: data lab-hint ## Open JupyterLab on chapters/ (the repository root served) with the .venv kernel
 	$(BIN)/jupyter lab $(LAB_FLAGS) $(LAB_ARGS)
+
+lab-hint: ## Print how to open the Chinese edition (part of `make lab`)
+	@echo "中文版 (Chinese edition): open chapters/zh/ in JupyterLab's file browser; see README.zh-CN.md"
 
 test: data ## Run every check: ruff, unit tests, notebook hygiene, every notebook under nbval
 	$(BIN)/ruff check .

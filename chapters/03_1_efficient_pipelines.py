@@ -27,7 +27,6 @@
 import functools
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -40,7 +39,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils.data import DataLoader, Dataset, StackDataset, Subset
 from torchvision.transforms import v2
-from tqdm.std import tqdm
+from tqdm.auto import tqdm
 
 from common import (
     ClassicEvalPreset,
@@ -78,8 +77,8 @@ device = get_device()
 torch.set_num_threads(1)
 cores = os.cpu_count()
 build = Path("../build/ch03")
-# Text bars: the stored output ends in the finished state (a widget bar stores only its first).
-progress = functools.partial(tqdm, file=sys.stdout, mininterval=30, ascii=True)
+# Notebook bars; `make notebooks` stores each in its finished state.
+progress = functools.partial(tqdm, mininterval=30)
 print(describe_device(device), "| CPU cores:", cores)
 
 # %% [markdown]

@@ -211,7 +211,8 @@ def check_interpreter(facts: Facts) -> Check:
            "once: `.venv/bin/python -m ipykernel install --user --name torch-pipelines`)"
            if facts.in_kernel else "run `make doctor`, or `.venv/bin/python -m common.doctor`")
     return Check("interpreter", "problem",
-                 f"{what} is {display_path(facts.executable)}, not {display_path(venv)}/bin/python", fix)
+                 # the whole path: it is what the user must find and replace
+                 f"{what} is {facts.executable}, not {display_path(venv)}/bin/python", fix)
 
 
 def check_common(facts: Facts) -> Check:

@@ -204,8 +204,10 @@ def rewrite_links(text: str, *, source: str, page: str, pages: dict[str, str], r
         repo_path = posixpath.normpath(posixpath.join(posixpath.dirname(source), path))
         if repo_path in pages:
             new = _href(page, pages[repo_path]) + (f"#{fragment.lower()}" if fragment else "")
-        elif (not repo_path.startswith("..") and not repo_path.endswith(".ipynb")
+        elif (not repo_path.startswith("..") and not repo_path.endswith((".ipynb", ".md"))
               and (root / repo_path).is_file()):
+            # A Markdown file that is no page of this edition is the other edition's (e.g.
+            # TROUBLESHOOTING.zh-CN.md): the language switch on every page links it instead.
             files.add(repo_path)
             new = _href(page, f"_files/{repo_path}")
         else:

@@ -7,7 +7,10 @@ The same code runs under plain ``python`` (one process, no process group) and un
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -124,3 +127,23 @@ def unwrap(model: nn.Module) -> nn.Module:
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
     return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def run_in_process_group(train: Callable[[Any, DistInfo], Any], config: Any, *,
+                         errors: tuple[type[Exception], ...]) -> int:
+    """Join the process group, ``train(config, info)``, always leave it; the exit code of a ``main``.
+
+    An expected error (``errors``: a bad snapshot or checkpoint, a missing file, a bad value)
+    is printed as one line naming the rank and gives exit status 2, without a traceback.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    info = setup_distributed()
+    try:
+        train(config, info)
+    except errors as error:
+        print(f"rank {info.rank}: error: {error}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        cleanup_distributed()
+    return 0

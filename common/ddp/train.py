@@ -45,9 +45,8 @@ from common.ddp.optim import build_optimizer, build_scheduler, rebuild_scheduler
 from common.ddp.process_group import (
     DistInfo,
     all_reduce_sum,
-    cleanup_distributed,
     is_main_process,
-    setup_distributed,
+    run_in_process_group,
     unwrap,
     wrap_model,
 )
@@ -377,16 +376,8 @@ def main(argv: list[str] | None = None) -> int:
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
-    config = parse_config(argv)
-    info = setup_distributed()
-    try:
-        train(config, info)
-    except (SnapshotError, FileNotFoundError, ValueError) as error:
-        print(f"rank {info.rank}: error: {error}", file=sys.stderr, flush=True)
-        return 2
-    finally:
-        cleanup_distributed()
-    return 0
+    return run_in_process_group(train, parse_config(argv),
+                                errors=(SnapshotError, FileNotFoundError, ValueError))
 
 
 if __name__ == "__main__":

@@ -42,10 +42,9 @@ from common.ddp.launch import restart_hazard
 from common.ddp.process_group import (
     DistInfo,
     all_reduce_sum,
-    cleanup_distributed,
     gather_objects,
     is_main_process,
-    setup_distributed,
+    run_in_process_group,
     wrap_model,
 )
 from common.ddp.run_log import RunLog, Timing
@@ -308,16 +307,8 @@ def main(argv: list[str] | None = None) -> int:
 
     Introduced in chapters/06_1_fsdp_sharding.ipynb.
     """
-    config = parse_config(argv)
-    info = setup_distributed()
-    try:
-        train(config, info)
-    except (CheckpointError, FileNotFoundError, ValueError) as error:
-        print(f"rank {info.rank}: error: {error}", file=sys.stderr, flush=True)
-        return 2
-    finally:
-        cleanup_distributed()
-    return 0
+    return run_in_process_group(train, parse_config(argv),
+                                errors=(CheckpointError, FileNotFoundError, ValueError))
 
 
 if __name__ == "__main__":
