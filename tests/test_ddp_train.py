@@ -15,9 +15,12 @@ import pytest
 import torch
 
 from common.ddp.config import TINY, TrainConfig, parse_config
+from common.ddp.data import build_loaders
 from common.ddp.launch import free_port, launch_env, run_command, torchrun_command
+from common.ddp.process_group import DistInfo
 from common.ddp.train import build_scheduler, main, rebuild_scheduler
 from common.synthetic import SyntheticConfig, ensure_data
+from common.transforms import IMAGENET_STD
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own DDP tests
 
@@ -315,3 +318,28 @@ def test_resume_mid_epoch_on_another_number_of_ranks(data13, one_process, tmp_pa
     assert (resumed["step"], resumed["batch_in_epoch"]) == (4, 1)
     assert _records(tmp_path, "done")[-1]["step"] == 6
     _assert_close(_weights(tmp_path), _weights(one_process), rtol=RTOL, atol=ATOL)
+
+
+def test_cache_pipeline_gives_the_decode_batches_up_to_uint8_rounding(data13):
+    """``--data-pipeline cache`` (Chapter 3's uint8 cache) = Chapter 2's pipeline, rounded."""
+    info = DistInfo(0, 0, 2, torch.device("cpu"), None, False)  # rank 0 of 2: a half-batch each
+    decode = parse_config(["--tiny", "--no-augment", "--data", str(data13.root)])
+    cache = parse_config(["--tiny", "--no-augment", "--data", str(data13.root),
+                          "--data-pipeline", "cache"])
+    step = 1 / (255 * min(IMAGENET_STD))  # one uint8 level, normalized
+    for expected, got in zip(build_loaders(decode, info, data13), build_loaders(cache, info, data13),
+                             strict=True):
+        assert len(expected) == len(got)
+        for (images, labels), (cached, cached_labels) in zip(expected, got, strict=True):
+            assert cached.dtype == torch.float32 and torch.equal(labels, cached_labels)
+            torch.testing.assert_close(cached, images, rtol=0, atol=step * 1.001)
+    assert (data13.root.parent / "cache" / "train_32" / "manifest.json").is_file()
+
+
+def test_cache_pipeline_trains_and_refuses_augmentation(data13, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        parse_config(["--tiny", "--data-pipeline", "cache"])  # TINY augments
+    assert "--data-pipeline: cache stores eval crops" in capsys.readouterr().err
+    assert main(_args(data13, tmp_path, "--data-pipeline", "cache", "--no-augment")) == 0
+    epochs = _records(tmp_path, "epoch")
+    assert [r["train_count"] for r in epochs] == [24, 24] and [r["val_count"] for r in epochs] == [13, 13]

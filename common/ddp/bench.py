@@ -2,6 +2,7 @@
 
     python -m common.ddp.bench                      # medians of 3 repeats, printed side by side
     python -m common.ddp.bench --repeats 5 --per-rank-batch 32
+    python -m common.ddp.bench --data-pipeline decode   # Chapter 2's decoding: data-bound
 
 Four runs, side by side, one thread per process:
 
@@ -71,7 +72,7 @@ def steps_within_epoch(num_train: int, runs: list[Setup], steps: int) -> int:
     return min(steps, per_epoch - 1)
 
 
-def measure(setup: Setup, *, steps: int, data: str) -> dict:
+def measure(setup: Setup, *, steps: int, data: str, pipeline: str = "cache") -> dict:
     """One ``torchrun`` training run; returns its ``done`` record (samples_per_s, ...).
 
     Introduced in chapters/04_2_ddp_training.ipynb.
@@ -80,7 +81,8 @@ def measure(setup: Setup, *, steps: int, data: str) -> dict:
         log = Path(folder) / "log.jsonl"
         args = ["--batch-size", str(setup.global_batch), "--max-steps", str(steps),
                 "--threads", "1", "--num-workers", str(setup.workers), "--log-file", str(log),
-                "--num-epochs", "1"] + (["--data", data] if data else [])
+                "--num-epochs", "1", "--data-pipeline", pipeline, "--no-augment"] + \
+            (["--data", data] if data else [])
         run_command(torchrun_command("common.ddp.train", args, nproc_per_node=setup.ranks),
                     timeout=600, threads=1)
         records = [json.loads(line) for line in log.read_text().splitlines()]
@@ -89,7 +91,8 @@ def measure(setup: Setup, *, steps: int, data: str) -> dict:
     return next(r for r in records if r["event"] == "done")
 
 
-def benchmark(runs: list[Setup], *, repeats: int, steps: int, data: str = "") -> dict[str, list[dict]]:
+def benchmark(runs: list[Setup], *, repeats: int, steps: int, data: str = "",
+              pipeline: str = "cache") -> dict[str, list[dict]]:
     """``repeats`` alternating runs of every setup.
 
     Introduced in chapters/04_2_ddp_training.ipynb.
@@ -97,7 +100,7 @@ def benchmark(runs: list[Setup], *, repeats: int, steps: int, data: str = "") ->
     results: dict[str, list[dict]] = {s.name: [] for s in runs}
     for repeat in range(repeats):
         for setup in runs:
-            results[setup.name].append(measure(setup, steps=steps, data=data))
+            results[setup.name].append(measure(setup, steps=steps, data=data, pipeline=pipeline))
             print(f"repeat {repeat + 1}/{repeats}, {setup.name}: "
                   f"{results[setup.name][-1]['samples_per_s']:.1f} samples/s", flush=True)
     return results
@@ -132,6 +135,9 @@ class DDPBenchConfig:
     steps: int = option(25, "optimizer steps per run (capped to stay within one epoch)")
     per_rank_batch: int = option(32, "batch of one rank (strong scaling splits it over the ranks)")
     data: str = option("", "dataset folder (default: data/shapes)")
+    data_pipeline: str = option("cache", "cache: Chapter 3's uint8 cache (the data wait Chapter 4 "
+                                "removes); decode: every JPEG decoded per sample",
+                                choices=("cache", "decode"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,8 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     num_train = len(pd.read_csv(data.labels_csv("train")))
     runs = setups(args.per_rank_batch, args.ranks)
     steps = steps_within_epoch(num_train, runs, args.steps)
-    print(f"{num_train} training images: {steps} steps per run (2 warm-up), within one epoch")
-    results = benchmark(runs, repeats=args.repeats, steps=steps, data=args.data)
+    print(f"{num_train} training images, {args.data_pipeline} pipeline (no augmentation): {steps} "
+          "steps per run (2 warm-up), within one epoch")
+    results = benchmark(runs, repeats=args.repeats, steps=steps, data=args.data,
+                        pipeline=args.data_pipeline)
     print(summarize(runs, results).to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     return 0
 

@@ -29,6 +29,7 @@ class TrainConfig:
     weight_decay: float = option(5e-4, "weight decay")
     seed: int = option(0, "seed of weights, shuffling and augmentation")
     num_workers: int = option(0, "DataLoader worker processes per rank")
+    data_pipeline: str = option("decode", "decode: every JPEG decoded per sample (Chapter 2); cache: Chapter 3's uint8 cache, normalized per batch (needs --no-augment)", choices=("decode", "cache"))
     image_size: int = option(64, "side of the square training images")
     width: int = option(16, "channels of SmallCNN's first block")
     norm: str = option("batch", "batch: per-rank BatchNorm; syncbatch: SyncBatchNorm (GPU); "
@@ -70,8 +71,19 @@ def check_config(config: TrainConfig) -> dict[str, str]:
     return {**positive(config, "num_epochs", "batch_size", "grad_accum", "image_size", "width"),
             **non_negative(config, "max_steps", "snapshot_every", "num_workers", "subset",
                            "threads", "simulate_failure_at_step", "step_delay"),
+            **pipeline_problem(config),
             **{name: problem for name in ("snapshot", "save_final", "log_file")
                if (problem := unwritable(getattr(config, name)))}}
+
+
+def pipeline_problem(config) -> dict[str, str]:
+    """``--data-pipeline cache`` holds eval crops: it cannot augment per sample.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    if config.data_pipeline == "cache" and config.augment:
+        return {"data_pipeline": "cache stores eval crops (decoded once): add --no-augment"}
+    return {}
 
 
 def unwritable(path: str) -> str:

@@ -32,13 +32,12 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader
 
-from common.data import CustomImageDataset
 from common.ddp.config import RESUME_MAY_CHANGE, TrainConfig, parse_config
+from common.ddp.data import build_loaders
 from common.ddp.hooks import AllReduceCounter, counting_allreduce_hook
 from common.ddp.launch import restart_hazard
 from common.ddp.optim import build_optimizer, build_scheduler, rebuild_scheduler
@@ -51,7 +50,6 @@ from common.ddp.process_group import (
     wrap_model,
 )
 from common.ddp.run_log import RunLog, Timing
-from common.ddp.samplers import ResumableDistributedSampler, ShardSampler
 from common.ddp.snapshot import (
     Position,
     SnapshotError,
@@ -62,79 +60,8 @@ from common.ddp.snapshot import (
     save_snapshot,
 )
 from common.device import seed_everything
-from common.loaders import seed_worker
 from common.models import SmallCNN
 from common.synthetic import ShapesData, ensure_data
-from common.transforms import V2EvalPreset, V2TrainPreset
-
-
-class SeededAugment(Dataset):
-    """Sample ``i`` of epoch ``e`` is transformed under its own seed ``(seed, e, i)``.
-
-    The augmentation of a sample then depends on neither the rank that loads it, nor the
-    DataLoader worker, nor the number of ranks, nor whether the run was resumed — which is
-    what makes 1-process and N-process runs, and resumed runs, comparable exactly.
-    The global torch RNG of the loading process is left as it was.
-
-    Introduced in chapters/04_2_ddp_training.ipynb.
-    """
-
-    def __init__(self, dataset: Dataset, *, seed: int) -> None:
-        self.dataset, self.seed, self.epoch = dataset, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int):
-        sample_seed = np.random.SeedSequence([self.seed, self.epoch, index]).generate_state(1)[0]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(sample_seed))
-            return self.dataset[index]
-
-
-def _first(dataset: Dataset, count: int) -> Dataset:
-    return Subset(dataset, range(min(count, len(dataset)))) if count else dataset
-
-
-def build_loaders(config: TrainConfig, info: DistInfo, data: ShapesData):
-    """Training loader (resumable ``DistributedSampler``), exact-once validation loader.
-
-    Returns:
-        ``(train_loader, val_loader)``; ``train_loader.sampler`` and ``.dataset`` both
-        have ``set_epoch``.
-
-    Introduced in chapters/04_2_ddp_training.ipynb.
-    """
-    per_rank, rest = divmod(config.batch_size, info.world_size * config.grad_accum)
-    if rest or per_rank == 0:
-        raise ValueError(f"--batch-size {config.batch_size} must be a multiple of world_size "
-                         f"({info.world_size}) x --grad-accum ({config.grad_accum})")
-    size = config.image_size
-    train_tf = (V2TrainPreset(crop_size=size) if config.augment
-                else V2EvalPreset(resize_size=size, crop_size=size))
-    train_set = SeededAugment(_first(CustomImageDataset(
-        data.labels_csv("train"), data.images_dir("train"), train_tf,
-        num_classes=len(data.classes)), config.subset), seed=config.seed)
-    val_set = _first(CustomImageDataset(
-        data.labels_csv("val"), data.images_dir("val"), V2EvalPreset(resize_size=size, crop_size=size),
-        num_classes=len(data.classes)), config.subset // 2)
-    # drop_last: every optimizer step sees exactly batch_size samples, on any number of ranks.
-    sampler = ResumableDistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank,
-                                          shuffle=True, seed=config.seed, drop_last=True)
-    common = {"num_workers": config.num_workers, "pin_memory": info.device.type == "cuda",
-              "worker_init_fn": seed_worker}
-    train_loader = DataLoader(train_set, batch_size=per_rank, sampler=sampler, drop_last=True,
-                              **common)
-    val_loader = DataLoader(val_set, batch_size=per_rank * config.grad_accum, **common,
-                            sampler=ShardSampler(len(val_set), rank=info.rank,
-                                                 world_size=info.world_size))
-    if len(train_loader) < config.grad_accum:
-        raise ValueError(f"{len(train_set)} training images are too few for --batch-size "
-                         f"{config.batch_size}: not one optimizer step per epoch")
-    return train_loader, val_loader
 
 
 def batchnorm_to_groupnorm(model: nn.Module) -> nn.Module:

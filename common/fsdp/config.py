@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from common.cli import non_negative, option, positive
 from common.cli import parse_config as parse_dataclass
+from common.ddp.config import pipeline_problem
 
 
 @dataclass
@@ -30,6 +31,7 @@ class FSDPTrainConfig:
     weight_decay: float = option(5e-4, "weight decay")
     seed: int = option(0, "seed of weights, shuffling and augmentation")
     num_workers: int = option(0, "DataLoader worker processes per rank")
+    data_pipeline: str = option("decode", "decode: every JPEG decoded per sample (Chapter 2); cache: Chapter 3's uint8 cache, normalized per batch (needs --no-augment)", choices=("decode", "cache"))
     image_size: int = option(64, "side of the square training images")
     width: int = option(16, "channels of SmallCNN's first block (GroupNorm instead of BatchNorm)")
     augment: bool = option(True, "random crops, flips, rotations, colour jitter (seeded per sample)")
@@ -68,6 +70,7 @@ def check_config(config: FSDPTrainConfig) -> dict[str, str]:
                            "keep"),
                 **non_negative(config, "max_steps", "checkpoint_every", "num_workers", "subset",
                                "threads", "simulate_kill_at_step", "step_delay")}
+    problems |= pipeline_problem(config)
     if config.kill_in_save and not config.simulate_kill_at_step:
         problems["kill_in_save"] = "needs --simulate-kill-at-step N"
     if config.bf16 and config.strategy != "fsdp":

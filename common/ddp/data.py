@@ -1,0 +1,174 @@
+"""The data side of ``common.ddp.train``: seeded augmentation, the two pipelines, the loaders.
+
+``--data-pipeline decode`` (default) is Chapter 2's: every JPEG decoded and transformed per
+sample, in every epoch. ``--data-pipeline cache`` is Chapter 3's: each image decoded, resized
+and cropped once into a uint8 memmap cache (``common.fast.cache``), samples kept uint8 until
+the batch exists, the whole batch normalized last (``common.fast.BatchNormalize``). The cache
+holds eval crops, so it needs ``--no-augment``; it differs from the decode pipeline only by
+the rounding of each pixel to a uint8 level (checked in chapters/04_1_ddp_fundamentals.ipynb).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Subset, default_collate
+
+from common.data import CustomImageDataset
+from common.ddp.process_group import DistInfo
+from common.ddp.samplers import ResumableDistributedSampler, ShardSampler
+from common.fast.cache import CacheConfig, CachedImageDataset, ensure_cache
+from common.fast.pipeline import BatchNormalize
+from common.loaders import seed_worker
+from common.synthetic import ShapesData
+from common.transforms import V2EvalPreset, V2TrainPreset
+
+PIPELINES = ("decode", "cache")
+
+
+class SeededAugment(Dataset):
+    """Sample ``i`` of epoch ``e`` is transformed under its own seed ``(seed, e, i)``.
+
+    The augmentation of a sample then depends on neither the rank that loads it, nor the
+    DataLoader worker, nor the number of ranks, nor whether the run was resumed — which is
+    what makes 1-process and N-process runs, and resumed runs, comparable exactly.
+    The global torch RNG of the loading process is left as it was.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+
+    def __init__(self, dataset: Dataset, *, seed: int) -> None:
+        self.dataset, self.seed, self.epoch = dataset, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        sample_seed = np.random.SeedSequence([self.seed, self.epoch, index]).generate_state(1)[0]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(sample_seed))
+            return self.dataset[index]
+
+
+class CachedSamples(Dataset):
+    """``(uint8 (3, H, W), label)`` per index from a uint8 cache, batched by the default collate.
+
+    Only ``__getitem__``: the DataLoader fetches sample by sample (a memmap row costs
+    microseconds) and the default collate stacks them, so any sampler, ``Subset`` or
+    ``ConcatDataset`` works. ``set_epoch`` is a no-op (nothing random happens per sample);
+    it is there so the training loop treats both pipelines alike.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+
+    def __init__(self, cache: CachedImageDataset) -> None:
+        self.cache = cache
+
+    def set_epoch(self, epoch: int) -> None:
+        pass
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.cache[index]
+
+
+class NormalizeCollate:
+    """``collate_fn``: the default collate, then the whole uint8 batch normalized at once.
+
+    A class, not a closure, so DataLoader workers under ``spawn`` can unpickle it.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+
+    def __init__(self) -> None:
+        self.normalize = BatchNormalize()
+
+    def __call__(self, samples):
+        images, labels = default_collate(samples)
+        return self.normalize(images), labels
+
+
+def _first(count: int, length: int) -> range:
+    return range(min(count, length) if count else length)
+
+
+def cached_split(data: ShapesData, split: str, size: int, count: int) -> CachedSamples:
+    """The first ``count`` images of ``split`` (0: all) from a uint8 cache under ``data/cache``.
+
+    Built on first use (every rank may call this at once: a file lock lets one build), opened
+    with ``stat`` checks afterwards. Chapter 4.1's cache of the same images is the same folder.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    source = CustomImageDataset(data.labels_csv(split), data.images_dir(split),
+                                num_classes=len(data.classes))
+    indices = _first(count, len(source))
+    name = f"{split}_{size}" if len(indices) == len(source) else f"{split}_{size}_first{len(indices)}"
+    cache = ensure_cache(source, Path(data.root).parent / "cache" / name,
+                         CacheConfig(resize_size=size, crop_size=size), indices=indices,
+                         verbose=False)
+    return CachedSamples(CachedImageDataset(cache.root, check=False))
+
+
+def _datasets(config, data: ShapesData) -> tuple[Dataset, Dataset, object]:
+    size = config.image_size
+    pipeline = getattr(config, "data_pipeline", "decode")
+    if pipeline == "cache":
+        if config.augment:
+            raise ValueError("--data-pipeline cache stores eval crops: add --no-augment")
+        return (cached_split(data, "train", size, config.subset),
+                cached_split(data, "val", size, config.subset // 2), NormalizeCollate())
+    if pipeline != "decode":
+        raise ValueError(f"--data-pipeline must be one of {PIPELINES}, got {pipeline!r}")
+    train_tf = (V2TrainPreset(crop_size=size) if config.augment
+                else V2EvalPreset(resize_size=size, crop_size=size))
+
+    def split(name: str, transform, count: int) -> Dataset:
+        dataset = CustomImageDataset(data.labels_csv(name), data.images_dir(name), transform,
+                                     num_classes=len(data.classes))
+        indices = _first(count, len(dataset))
+        return dataset if len(indices) == len(dataset) else Subset(dataset, indices)
+
+    return (SeededAugment(split("train", train_tf, config.subset), seed=config.seed),
+            split("val", V2EvalPreset(resize_size=size, crop_size=size), config.subset // 2),
+            None)
+
+
+def build_loaders(config, info: DistInfo, data: ShapesData):
+    """Training loader (resumable ``DistributedSampler``), exact-once validation loader.
+
+    ``config`` is a ``TrainConfig`` (or ``FSDPTrainConfig``): ``--data-pipeline`` picks
+    Chapter 2's per-sample decoding or Chapter 3's uint8 cache.
+
+    Returns:
+        ``(train_loader, val_loader)``; ``train_loader.sampler`` and ``.dataset`` both
+        have ``set_epoch``.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    per_rank, rest = divmod(config.batch_size, info.world_size * config.grad_accum)
+    if rest or per_rank == 0:
+        raise ValueError(f"--batch-size {config.batch_size} must be a multiple of world_size "
+                         f"({info.world_size}) x --grad-accum ({config.grad_accum})")
+    train_set, val_set, collate = _datasets(config, data)
+    # drop_last: every optimizer step sees exactly batch_size samples, on any number of ranks.
+    sampler = ResumableDistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank,
+                                          shuffle=True, seed=config.seed, drop_last=True)
+    common = {"num_workers": config.num_workers, "pin_memory": info.device.type == "cuda",
+              "worker_init_fn": seed_worker, "collate_fn": collate}
+    train_loader = DataLoader(train_set, batch_size=per_rank, sampler=sampler, drop_last=True,
+                              **common)
+    val_loader = DataLoader(val_set, batch_size=per_rank * config.grad_accum, **common,
+                            sampler=ShardSampler(len(val_set), rank=info.rank,
+                                                 world_size=info.world_size))
+    if len(train_loader) < config.grad_accum:
+        raise ValueError(f"{len(train_set)} training images are too few for --batch-size "
+                         f"{config.batch_size}: not one optimizer step per epoch")
+    return train_loader, val_loader
