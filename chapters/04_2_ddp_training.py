@@ -3,7 +3,7 @@
 # **Guide sections:** beyond the guide (it breaks off in §2.3.1); builds on §2.2.1 Dataset与DataLoader类, toward the title's 分布式训练
 # [Glossary / 术语表](../GLOSSARY.md)
 # ## What you will learn
-# - How Chapter 4.1's `ddp.py` grows into `common/ddp/train.py`, and how the Chapter 2 pipeline and `SmallCNN` train with it on 2 processes with DDP — to well above chance in
+# - How Chapter 4.1's `ddp.py` grows into `common/ddp/train.py`, and how `SmallCNN` trains with it on 2 processes with DDP, fed by Chapter 3's uint8 cache — to well above chance in
 #   a few epochs, with a one-cycle learning-rate schedule — using `DistributedSampler` with `set_epoch`,
 #   metrics reduced across ranks, and validation that counts every image exactly once
 # - How rank 0 logs and writes atomic snapshots, and how a run resumes from one — exactly
@@ -22,6 +22,7 @@ import shutil
 import time
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 from torch.utils.data import DistributedSampler
@@ -31,7 +32,8 @@ from common.ddp.config import TINY
 from common.ddp.launch import RESTART_SAFE_ENV, run_command, torchrun_command
 from common.ddp.samplers import ShardSampler
 from common.ddp.snapshot import read_snapshot
-from common.ddp.train import build_loaders, distributed_train_epoch, main
+from common.ddp.data import NormalizeCollate, build_loaders, cached_split
+from common.ddp.train import distributed_train_epoch, main
 from common.source import show_source
 
 generator = seed_everything(0)
@@ -47,8 +49,8 @@ print("device:", describe_device(device), "| runs in", RUNS.as_posix())
 # script grown up for long runs — snapshots and resume, automatic restarts, exact-once validation, a JSON
 # log, accumulation and mixed precision as flags. It is one script for every scale: `python -m common.ddp.train` is one process,
 # `torchrun --standalone --nproc_per_node=N -m common.ddp.train` is N. Its steps are named as in
-# torchvision's reference scripts — `build_loaders`, `build_model`, `train_one_epoch`, `evaluate`,
-# `main` — and its settings are one dataclass, `TrainConfig`, from which the command line is built.
+# torchvision's reference scripts — `build_loaders`, `build_model`, an epoch function, an evaluation
+# function, `main`; here the two are `distributed_train_epoch` and `distributed_evaluate` — and its settings are one dataclass, `TrainConfig`, from which the command line is built.
 # `--batch-size` is the **global** batch: on 2 ranks each takes half. Its inner loop is 4.1's changes 4,
 # 7 and 8 together — `no_sync` on all but the last micro-batch, `autocast` around the forward pass, and the
 # metrics summed in one tensor for a single `all_reduce_sum` at the end:
@@ -57,9 +59,11 @@ print("device:", describe_device(device), "| runs in", RUNS.as_posix())
 show_source(distributed_train_epoch)
 
 # %% [markdown]
-# And `build_loaders` is 4.1's change 2 with the extras: the global batch split over ranks and
-# micro-batches, a sampler that can resume in the middle of an epoch, and an unpadded validation sampler
-# (below):
+# And `build_loaders` (in `common/ddp/data.py`) is 4.1's change 2 with the extras: the global batch split
+# over ranks and micro-batches, a sampler that can resume in the middle of an epoch, an unpadded validation
+# sampler (below), and a choice of two pipelines, `--data-pipeline decode` (Chapter 2's: every JPEG decoded
+# per sample, every epoch; the default) or `--data-pipeline cache` (4.1's change 6: Chapter 3's uint8 cache,
+# normalized per batch):
 
 # %%
 show_source(build_loaders)
@@ -122,9 +126,19 @@ assert sorted(exact) == list(range(13)) and len(padded) == 14
 
 # %% [markdown]
 # ## Training on two processes
-# The Chapter 2 pipeline (`CustomImageDataset` on `labels.csv`, the v2 eval preset at 32×32 pixels, no
-# augmentation) and `SmallCNN`, on 2 CPU processes with gloo: 6 epochs of all 960 training images,
-# validated on all 240 validation images after each, global batch 16 (8 per rank).
+# Chapter 4.1 measured its first `ddp.py` waiting for JPEG decoding in about half of every step, and
+# Chapter 3's cache removing that wait. The main run therefore reads the same images — `labels.csv`, the
+# v2 eval geometry at 32×32 pixels, no augmentation — from the uint8 cache (`--data-pipeline cache`; the
+# cache is the one 4.1 built, or is built now, once). `cached_split` opens it, and the collate function
+# normalizes each batch in one pass:
+
+# %%
+show_source(cached_split)
+show_source(NormalizeCollate)
+
+# %% [markdown]
+# `SmallCNN` then trains on 2 CPU processes with gloo: 6 epochs of all 960 training images, validated on
+# all 240 validation images after each, global batch 16 (8 per rank).
 #
 # A run this short needs a good learning-rate schedule: `--schedule onecycle` warms AdamW up to a
 # high peak rate (`--lr 1e-2`) over the first 30% of the steps and then anneals it towards zero
@@ -133,8 +147,9 @@ assert sorted(exact) == list(range(13)) and len(padded) == 14
 # writes a snapshot at the end of every epoch.
 
 # %%
-main_run = train("main", "--num-epochs", "6", "--batch-size", "16", "--image-size", "32", "--no-augment",
-                 "--schedule", "onecycle", "--lr", "1e-2", "--snapshot", str(RUNS / "main" / "snapshot.pt"))
+MAIN = ["--batch-size", "16", "--image-size", "32", "--no-augment", "--schedule", "onecycle", "--lr", "1e-2"]
+main_run = train("main", *MAIN, "--num-epochs", "6", "--data-pipeline", "cache",
+                 "--snapshot", str(RUNS / "main" / "snapshot.pt"))
 epochs = pd.DataFrame(records(main_run / "log.jsonl", "epoch"))
 epochs[["epoch", "step", "seconds", "train_loss", "train_acc", "train_count", "val_loss", "val_acc",
         "val_count"]].round(3)
@@ -310,18 +325,44 @@ sbatch = Path("04_slurm_ddp_train.sbatch").read_text().splitlines()
 print("\n".join(line for line in sbatch if line.startswith(("#SBATCH", "srun", "    --"))))
 
 # %% [markdown]
-# ## Throughput and data wait of the main run
+# ## Throughput and data wait: the two pipelines
 # The last line of every log, `done`, holds the run's samples/s (after two warm-up steps) and its
-# **data-wait fraction** — the share of the time rank 0 waited for its next batch. The main run decodes
-# every JPEG in its loop (the Chapter 2 pipeline), so the fraction is large, as in Chapter 4.1's first run;
-# Chapter 4.1 showed that Chapter 3's uint8 cache brings it under 10%. `python -m common.ddp.bench`
-# measures samples/s on 1 and 2 ranks side by side; it takes longer than this notebook should.
+# **data-wait fraction** — the share of the time rank 0 waited for its next batch. For the other side of
+# the comparison, the main run's settings once more with Chapter 2's pipeline (`--data-pipeline decode`:
+# every JPEG decoded in the loop), stopped after 40 optimizer steps:
 
 # %%
-done_main = records(main_run / "log.jsonl", "done")[0]
-print(f"main run: {done_main['samples_per_s']:.1f} samples/s on {done_main['world_size']} processes, "
-      f"data-wait fraction {done_main['data_wait_fraction']:.2f}")
-assert 0 <= done_main["data_wait_fraction"] < 1
+decode_run = train("decode", *MAIN, "--num-epochs", "1", "--data-pipeline", "decode", "--max-steps", "40")
+runs = {"decode (Chapter 2)": decode_run, "uint8 cache (Chapter 3)": main_run}
+speed = pd.DataFrame({name: records(out / "log.jsonl", "done")[0] for name, out in runs.items()}).T
+speed = speed[["world_size", "timed_steps", "samples_per_s", "data_wait_fraction"]].astype(float)
+speed.round(3)
+
+# %%
+fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3))
+left.bar(speed.index, speed.data_wait_fraction, color=["tab:gray", "tab:olive"])
+left.axhline(0.10, color="black", linestyle=":", label="10% of the step")
+left.set_ylabel("data-wait fraction (rank 0)")
+left.legend()
+right.bar(speed.index, speed.samples_per_s, color=["tab:gray", "tab:olive"])
+right.set_ylabel("samples/s, 2 processes")
+for axis in (left, right):
+    axis.tick_params(axis="x", labelsize=8)
+fig.suptitle("The same DDP run, two pipelines")
+fig.tight_layout()
+
+# %%
+decode_wait, cache_wait = speed.data_wait_fraction
+assert cache_wait <= 0.10 < decode_wait, "the cached run waits at most 10% of the step"
+ratio = speed.samples_per_s.iloc[1] / speed.samples_per_s.iloc[0]
+print(f"data wait {decode_wait:.2f} -> {cache_wait:.3f}; samples/s x{ratio:.1f} with the cache")
+
+# %% [markdown]
+# The decoding run spends most of each step waiting for data (the fraction printed above); with the cache
+# the wait falls under 10% and the same 2 processes train faster, by the ratio printed above; what is left
+# of each step is the forward and backward pass and the gradient all-reduce, which a faster loader cannot shorten. `python -m common.ddp.bench`
+# measures samples/s on 1 and 2 ranks side by side, with the cache or without (`--data-pipeline decode`);
+# it takes longer than this notebook should.
 
 # %% [markdown]
 # ## Summary
@@ -334,6 +375,8 @@ assert 0 <= done_main["data_wait_fraction"] < 1
 # - 2 ranks with global batch B equal 1 process with batch B — with a normalisation that has no batch
 #   statistics (GroupNorm here, SyncBatchNorm on GPUs).
 # - `no_sync` turns K micro-batches into one all-reduce per optimizer step; `--amp` adds bfloat16 on GPUs.
+# - `--data-pipeline cache` feeds the run from Chapter 3's uint8 cache: the data wait falls from most of
+#   each step (Chapter 2's decoding) to under 10%.
 # - A short run learns well with a one-cycle schedule (`--schedule onecycle`): warm up to a high peak
 #   learning rate, then anneal.
 #
@@ -344,6 +387,7 @@ assert 0 <= done_main["data_wait_fraction"] < 1
 #    --step-delay 0.5`. What does the log show?
 # 3. Remove `set_epoch` from `common/ddp/train.py` (in a copy) and check which samples each epoch sees.
 # 4. Run `python -m common.ddp.bench --per-rank-batch 8` and `--per-rank-batch 64`. How does the
-#    scaling change with the batch, and why? Compare with the data-wait fraction printed above.
+#    scaling change with the batch, and why? Then add `--data-pipeline decode`: what happens to the
+#    ratio of 2 ranks to 1 when both are waiting for data?
 # 5. The curves of the main run were still rising. Train it for 12 epochs, then with `--schedule cosine`
 #    (no warm-up) at the same `--lr 1e-2`. Which reaches the higher validation accuracy, and why?

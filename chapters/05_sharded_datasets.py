@@ -347,7 +347,7 @@ plt.show()
 #     torchrun --standalone --nproc_per_node=2 -m common.shards.train --shards data/shards/train --val-shards data/shards/val
 #
 # Ten short epochs on 32-pixel images without augmentation (Chapter 1's setting), 16 steps per rank each,
-# about a second per epoch on two CPU cores: enough to show the mechanics (equal batch counts on uneven
+# a few seconds per epoch on two CPU cores (each epoch's time is printed): enough to show the mechanics (equal batch counts on uneven
 # shards, no hang) and a model that learns — the loss falls well below chance level (ln 6 ≈ 1.79) and
 # validation accuracy climbs far above 1/6, though with a constant learning rate it still jumps around
 # (Chapter 1 showed why; exercise 5 adds a learning-rate schedule).
