@@ -17,9 +17,11 @@
 # `common/ddp/train.py`, started as a subprocess with `torchrun`; the notebook reads what the run wrote.
 
 # %%
+import io
 import json
 import shutil
 import time
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -29,10 +31,10 @@ from torch.utils.data import DistributedSampler
 
 from common import History, describe_device, ensure_data, get_device, plot_history, seed_everything
 from common.ddp.config import TINY
+from common.ddp.data import NormalizeCollate, build_loaders, cached_split
 from common.ddp.launch import RESTART_SAFE_ENV, run_command, torchrun_command
 from common.ddp.samplers import ShardSampler
 from common.ddp.snapshot import read_snapshot
-from common.ddp.data import NormalizeCollate, build_loaders, cached_split
 from common.ddp.train import distributed_train_epoch, main
 from common.source import show_source
 
@@ -217,9 +219,18 @@ print(TINY)
 # %%
 tiny = ["--tiny", "--subset", "48"]
 reference = RUNS / "reference"
-main([*tiny, "--log-file", str(reference / "log.jsonl"), "--save-final", str(reference / "final.pt")])
+
+
+def train_here(*argv: str) -> None:
+    """common.ddp.train in this process (world size 1); its JSON lines go to the log file only."""
+    with redirect_stdout(io.StringIO()):
+        assert main(list(argv)) == 0
+    seed_everything(0)  # main() seeded this kernel; restore the notebook's seed
+
+
+train_here(*tiny, "--log-file", str(reference / "log.jsonl"), "--save-final", str(reference / "final.pt"))
+print(pd.DataFrame(records(reference / "log.jsonl", "epoch"))[["epoch", "step", "train_loss", "val_acc"]])
 ref_weights = torch.load(reference / "final.pt", weights_only=True)
-seed_everything(0)  # main() seeded this kernel; restore the notebook's seed
 
 
 def close_to_reference(weights: dict) -> bool:
@@ -230,15 +241,21 @@ def close_to_reference(weights: dict) -> bool:
 # %% [markdown]
 # ## Resuming from a snapshot
 # The same configuration on 2 processes, stopped after 4 optimizer steps — in the middle of epoch 1 —
-# and started again with the same command minus `--max-steps`. The second start finds the snapshot,
-# restores everything, and skips the samples already seen (the sampler starts at the saved position).
-# The result matches the uninterrupted 1-process run:
+# and started again minus `--max-steps`, here in the kernel on **1** process. The second start finds the
+# snapshot, checks that its settings match, restores everything, and skips the samples already seen: the
+# samples consumed so far are a prefix of the epoch's shuffled order on any number of ranks, so the world
+# size may change at a restart, even mid-epoch (`RESUME_MAY_CHANGE` lists what else may). The result
+# matches the uninterrupted 1-process run:
 
 # %%
 resume_args = [*tiny, "--snapshot", str(RUNS / "resumed" / "snapshot.pt")]
-train("resumed", *resume_args, "--max-steps", "4")
-resumed = train("resumed", *resume_args)
-print(records(resumed / "log.jsonl", "resume"))
+resumed = train("resumed", *resume_args, "--max-steps", "4")
+train_here(*resume_args, "--log-file", str(resumed / "log.jsonl"), "--save-final", str(resumed / "final.pt"))
+starts, dones = records(resumed / "log.jsonl", "start"), records(resumed / "log.jsonl", "done")
+legs = pd.DataFrame([{"processes": s["world_size"], "from step": d["step"] - d["steps_this_attempt"],
+                      "to step": d["step"]} for s, d in zip(starts, dones, strict=True)])
+print(legs.to_string(index=False))
+assert legs.values.tolist() == [[2, 0, 4], [1, 4, 12]]
 resumed_weights = torch.load(resumed / "final.pt", weights_only=True)
 assert close_to_reference(resumed_weights)
 
@@ -259,15 +276,15 @@ events = pd.DataFrame(records(failed / "log.jsonl", "start") + records(failed / 
 events.sort_values("time")[["event", "attempt", "step"]]
 
 # %% [markdown]
-# Attempt 0 died at step 3; attempt 1 resumed from step 2 and finished. Its weights are *bit for bit*
-# those of the run resumed by hand above (both are 2-process runs; the order of floating-point
-# operations is the same), and close to the 1-process reference:
+# Attempt 0 died at step 3; attempt 1 resumed from step 2 and finished, close to the 1-process reference.
+# (The tests also check it *bit for bit* against an uninterrupted 2-process run: same ranks, same order
+# of floating-point operations.)
 
 # %%
 weights = torch.load(failed / "final.pt", weights_only=True)
-assert all(torch.equal(weights[k], resumed_weights[k]) for k in ref_weights)
 assert records(failed / "log.jsonl", "done")[0]["attempt"] == 1 and close_to_reference(weights)
-print("restarted run == resumed run, bit for bit")
+gap = max((weights[k] - ref_weights[k]).abs().max().item() for k in ref_weights)
+print(f"restarted 2-process run vs uninterrupted 1-process run: largest difference {gap:.1e}")
 
 # %% [markdown]
 # ## Gradient accumulation with `no_sync`
@@ -329,10 +346,10 @@ print("\n".join(line for line in sbatch if line.startswith(("#SBATCH", "srun", "
 # The last line of every log, `done`, holds the run's samples/s (after two warm-up steps) and its
 # **data-wait fraction** — the share of the time rank 0 waited for its next batch. For the other side of
 # the comparison, the main run's settings once more with Chapter 2's pipeline (`--data-pipeline decode`:
-# every JPEG decoded in the loop), stopped after 40 optimizer steps:
+# every JPEG decoded in the loop), stopped after 24 optimizer steps:
 
 # %%
-decode_run = train("decode", *MAIN, "--num-epochs", "1", "--data-pipeline", "decode", "--max-steps", "40")
+decode_run = train("decode", *MAIN, "--num-epochs", "1", "--data-pipeline", "decode", "--max-steps", "24")
 runs = {"decode (Chapter 2)": decode_run, "uint8 cache (Chapter 3)": main_run}
 speed = pd.DataFrame({name: records(out / "log.jsonl", "done")[0] for name, out in runs.items()}).T
 speed = speed[["world_size", "timed_steps", "samples_per_s", "data_wait_fraction"]].astype(float)
