@@ -29,11 +29,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-import nbformat
+from typing import TYPE_CHECKING
 
 from common.cli import option, parse_config
 from common.paths import chapters_dir
+
+if TYPE_CHECKING:  # nbformat costs ~2 s to import (jsonschema): every exercise kernel and judge
+    import nbformat  # imports this module for `checks`, and none of them reads a notebook
 
 #: Where the instructor sources live.
 
@@ -261,6 +263,8 @@ def build(out: Path, sources: list[Path]) -> dict[str, dict]:
     Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     out = Path(out)
+    import nbformat
+
     out.mkdir(parents=True, exist_ok=True)
     manifest: dict[str, dict] = {}
     for source in sources:
@@ -295,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no exercise notebooks (ex01_*.ipynb ...) in {args.sources}", file=sys.stderr)
         return 1
     if args.command == "list":
+        import nbformat
+
         for source in sources:
             exercises = exercises_of(nbformat.read(source, as_version=4), name=source.name)
             print(f"{source.name}: " + ", ".join(f"{e.key} ({e.points:g})" for e in exercises))
