@@ -8,7 +8,8 @@
 # - Graph breaks, shown with `torch._dynamo.explain`
 # - Why a faster step raises the data-wait fraction (Chapter 3's `DataWaitMeter`, before and after)
 # - `torchdata`'s `StatefulDataLoader`: a mid-epoch `state_dict()` with workers, compared with the
-#   position bookkeeping `common.fsdp.train` does by hand, and stored in a DCP checkpoint
+#   position bookkeeping `common.ddp.train` does by hand, and stored in a DCP checkpoint (as
+#   `common.fsdp.train` does)
 
 # %% [markdown]
 # ## Setup
@@ -152,10 +153,10 @@ fig.tight_layout()
 
 # %% [markdown]
 # ## Resumable loaders: `StatefulDataLoader`
-# `common.fsdp.train` resumes mid-epoch by bookkeeping: it saves `(epoch, batch_in_epoch)` and restarts
-# its `ResumableDistributedSampler` with `set_epoch(epoch, start=batch_in_epoch * batch_size)`. torchdata's
-# `StatefulDataLoader` is a drop-in `DataLoader` with `state_dict()` / `load_state_dict()` that does this
-# for any sampler — including the workers' progress and their prefetched batches:
+# `common.ddp.train` (Chapter 4) resumes mid-epoch by bookkeeping: it saves `(epoch, batch_in_epoch)` and
+# restarts its `ResumableDistributedSampler` with `set_epoch(epoch, start=batch_in_epoch * batch_size)`.
+# torchdata's `StatefulDataLoader` is a drop-in `DataLoader` with `state_dict()` / `load_state_dict()` that
+# does this for any sampler — including the workers' progress and their prefetched batches:
 
 # %%
 numbers = TensorDataset(torch.arange(40))
@@ -177,8 +178,9 @@ assert [batch[0].tolist() for batch in resumed] == rest
 print("first 3 batches:", seen, "\nresumed run continues with:", rest[0], "...")
 
 # %% [markdown]
-# The same by hand, the way `common.fsdp.train` does it: skip the batches already consumed in this
-# epoch's shuffled order.
+# The same by hand, the way `common.ddp.train` does it: skip the batches already consumed in this
+# epoch's shuffled order. `common.fsdp.train` falls back to this when it resumes on another world size:
+# a rank's loader state describes its shard of the epoch, which no rank of another world size has.
 
 # %%
 sampler = ResumableDistributedSampler(numbers, num_replicas=1, rank=0, shuffle=True, seed=0)
@@ -191,7 +193,7 @@ print(f"{len(full)} batches per epoch; resumed at batch 3 -> {len(full) - 3} bat
 # %% [markdown]
 # A loader's state is small and picklable, so it travels in the distributed checkpoint with the model
 # and the optimizer (as one of `save_checkpoint`'s `extra` values; under several ranks, each rank's
-# loader state belongs under its own key):
+# loader state belongs under its own key — `common.fsdp.train` stores it as `extra.loader.rank<R>`):
 
 # %%
 model = make_model()

@@ -1,4 +1,5 @@
-"""Tests for common/fsdp/train.py: FSDP equals one process, memory, resharding, restarts.
+"""Tests for common/fsdp/train.py: FSDP equals one process, memory, resharding, restarts,
+``--compile``, ``--async-save``, the ``StatefulDataLoader`` state in the checkpoint.
 
 Multi-process tests launch ``torchrun`` as a subprocess with the gloo backend on the CPU.
 The tiny run: 48 images, global batch 12, 4 steps per epoch, 2 epochs, AdamW.
@@ -13,7 +14,13 @@ import pytest
 import torch
 
 from common.ddp.launch import run_command, torchrun_command
-from common.fsdp.checkpoint import checkpoint_dirs
+from common.fsdp.checkpoint import (
+    async_save_checkpoint,
+    checkpoint_dirs,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from common.fsdp.config import TINY, parse_config
 from common.fsdp.train import main
 from common.synthetic import SyntheticConfig, ensure_data
@@ -60,9 +67,10 @@ def one_process(data48, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def two_ranks(data48, tmp_path_factory):
-    """FSDP on 2 ranks, a checkpoint every 3 steps and at epoch ends, all kept."""
+    """FSDP on 2 ranks, compiled, a checkpoint every 3 steps and at epoch ends (written with
+    dcp.async_save), all kept. (Plain FSDP without either: the 3-rank and the restart tests.)"""
     out = tmp_path_factory.mktemp("two")
-    _torchrun(data48, out, "--checkpoint-every", "3", "--keep", "9")
+    _torchrun(data48, out, "--checkpoint-every", "3", "--keep", "9", "--compile", "--async-save")
     return out
 
 
@@ -74,13 +82,58 @@ def test_tiny_preset_and_flags_given_win():
 
 
 @pytest.mark.slow
-def test_fsdp_on_two_ranks_equals_one_process(two_ranks, one_process):
+def test_compiled_fsdp_on_two_ranks_equals_one_process(two_ranks, one_process):
     assert _records(two_ranks, "done")[-1]["step"] == 8
+    assert _records(two_ranks, "start")[0]["config"]["compile"]
     _assert_close(two_ranks, one_process, rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.slow
+def test_async_saves_are_published_after_they_complete(two_ranks):
+    published = _records(two_ranks, "checkpoint")
+    assert [r["step"] for r in published] == [3, 4, 6, 8]
+    assert all(r["blocking_s"] >= 0 and r["wait_s"] >= 0 for r in published)
+    assert [p.name for p in checkpoint_dirs(two_ranks / "ckpt")] == [
+        f"step-{step:06d}" for step in (3, 4, 6, 8)]
+    assert not list((two_ranks / "ckpt").glob(".*"))  # no hidden folder left behind
+
+
+def test_compile_in_one_process_equals_eager(data48, one_process, tmp_path):
+    try:
+        assert main(_args(data48, tmp_path, "--compile", "--checkpoint", "")) == 0
+    finally:
+        torch._dynamo.reset()  # leave no compiled code behind in this test process
+    _assert_close(tmp_path, one_process, rtol=RTOL, atol=ATOL)
+
+
+def test_async_save_publishes_on_wait_and_a_crash_before_leaves_the_last(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    save_checkpoint(tmp_path, 1, model=model, optimizer=optimizer)
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    pending = async_save_checkpoint(tmp_path, 2, model=model, optimizer=optimizer)
+    with torch.no_grad():
+        model.weight.add_(1.0)  # training goes on: the save has its own copy (staging)
+    pending.future.result()  # written, not yet published: a crash now leaves step 1
+    assert latest_checkpoint(tmp_path).name == "step-000001"
+    assert pending.wait().name == "step-000002" == latest_checkpoint(tmp_path).name
+    fresh = torch.nn.Linear(4, 3)
+    load_checkpoint(latest_checkpoint(tmp_path), model=fresh,
+                    optimizer=torch.optim.SGD(fresh.parameters(), lr=0.1))
+    assert all(torch.equal(fresh.state_dict()[k], saved[k]) for k in saved)
+
+    def crash(_tmp):
+        raise KeyboardInterrupt  # dies after writing, before publishing
+    with pytest.raises(KeyboardInterrupt):
+        async_save_checkpoint(tmp_path, 3, model=model, optimizer=optimizer, on_written=crash).wait()
+    assert [p.name for p in checkpoint_dirs(tmp_path)] == ["step-000001", "step-000002"]
+
+
+@pytest.mark.slow
 def test_fsdp_holds_at_most_0_6_of_ddp_bytes_per_rank(data48, two_ranks, tmp_path):
+    # (--strategy ddp --compile also equals one process, but compiling DDP's bucketed graphs
+    # costs ~35 s with a cold compile cache: too much for this suite.)
     _torchrun(data48, tmp_path, "--strategy", "ddp", "--max-steps", "1", "--checkpoint", "")
     ddp = _records(tmp_path, "done")[-1]["bytes_per_rank"]
     fsdp = _records(two_ranks, "done")[-1]["bytes_per_rank"]
@@ -100,18 +153,22 @@ def test_checkpoint_of_two_ranks_continues_on_one_and_on_three(data48, two_ranks
     _torchrun(data48, tmp_path / "on3", nproc=3)
     for name, world_size in (("on1", 1), ("on3", 3)):
         resumed = _records(tmp_path / name, "resume")
-        assert [(r["step"], r["world_size"]) for r in resumed] == [(6, world_size)]
+        # Another world size: the per-rank loader states do not apply; the position does.
+        assert [(r["step"], r["world_size"], r["loader"]) for r in resumed] == [
+            (6, world_size, "sampler position")]
         _assert_close(tmp_path / name, one_process, rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.slow
 def test_sigkill_in_a_save_restarts_from_the_previous_checkpoint(data48, one_process, tmp_path):
-    # The last rank SIGKILLs itself inside step 6's save: written, never published.
-    _torchrun(data48, tmp_path, "--checkpoint-every", "3", "--simulate-kill-at-step", "6",
+    # The last rank SIGKILLs itself inside the save at the end of epoch 1 (step 4): written,
+    # never published. The restart resumes from step 3, mid-epoch, on the same 2 ranks: with
+    # each rank's StatefulDataLoader state.
+    _torchrun(data48, tmp_path, "--checkpoint-every", "3", "--simulate-kill-at-step", "4",
               "--kill-in-save", max_restarts=1)
     assert [r["where"] for r in _records(tmp_path, "simulated_kill")] == ["in_save"]
     resumed = _records(tmp_path, "resume")
-    assert [(r["attempt"], r["step"]) for r in resumed] == [(1, 4)]
+    assert [(r["attempt"], r["step"], r["loader"]) for r in resumed] == [(1, 3, "loader state")]
     assert [p.name for p in checkpoint_dirs(tmp_path / "ckpt")] == ["step-000006", "step-000008"]
     assert not list((tmp_path / "ckpt").glob(".*.tmp"))
     _assert_close(tmp_path, one_process, rtol=RTOL, atol=ATOL)

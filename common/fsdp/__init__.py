@@ -2,7 +2,9 @@
 
 Modules: ``sharding`` (``shard_model`` with ``fully_shard``, DTensor placements, bytes per
 rank from the local shards, ZeRO stages on paper), ``checkpoint`` (atomic, validated DCP
-checkpoints that load on any number of ranks; conversion to and from ``torch.save``),
+checkpoints that load on any number of ranks, also written with ``dcp.async_save``;
+conversion to and from ``torch.save``), ``loader`` (the ``StatefulDataLoader`` whose per-rank
+state goes into the checkpoint), ``elastic`` (``torchrun --nnodes=1:2`` agents that join a run),
 ``config`` (``FSDPTrainConfig``), and the entry points
 ``train`` (``python -m common.fsdp.train``) and ``bench`` (``make bench-fsdp``), which are
 not imported here. Imports go one way: ``common.fsdp`` uses ``common.ddp`` and the core.
@@ -10,6 +12,8 @@ not imported here. Imports go one way: ``common.fsdp`` uses ``common.ddp`` and t
 
 from common.fsdp.checkpoint import (
     CheckpointError,
+    PendingSave,
+    async_save_checkpoint,
     check_checkpoint,
     checkpoint_dirs,
     from_torch_save,
@@ -23,6 +27,8 @@ from common.fsdp.sharding import bytes_per_rank, local, local_bytes, placements,
 
 __all__ = [
     "CheckpointError",
+    "PendingSave",
+    "async_save_checkpoint",
     "bytes_per_rank",
     "check_checkpoint",
     "checkpoint_dirs",

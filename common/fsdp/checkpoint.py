@@ -8,7 +8,9 @@ functions; DCP coordinates them.
 
 Saves are atomic: DCP writes into a hidden ``.step-NNNNNN.tmp`` folder, and only when every
 rank has finished does rank 0 rename it to ``step-NNNNNN``. A run killed mid-save leaves its
-previous checkpoint, untouched, as the newest complete one.
+previous checkpoint, untouched, as the newest complete one. ``async_save_checkpoint`` does the
+same with ``dcp.async_save``: the files are written while training goes on, and published by
+``PendingSave.wait()`` once they are complete.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import Future
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -93,6 +98,30 @@ def training_state(model: nn.Module, optimizer: torch.optim.Optimizer,
     return {"model": model_state, "optim": optim_state, "extra": dict(extra or {})}
 
 
+def _fresh_tmp(root: Path, step: int) -> tuple[Path, Path]:
+    final, tmp = root / f"step-{step:06d}", root / f".step-{step:06d}.tmp"
+    if _rank() == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a writer killed mid-save
+        tmp.mkdir()
+    _barrier()
+    return final, tmp
+
+
+def _publish(final: Path, tmp: Path, keep: int) -> Path:
+    _barrier()  # every rank has written its files
+    if _rank() == 0:
+        old = final.parent / f".{final.name}.old"
+        if final.exists():  # the same step saved again after a restart
+            final.rename(old)
+        tmp.rename(final)  # the atomic step: the checkpoint exists complete, or not at all
+        shutil.rmtree(old, ignore_errors=True)
+        for stale in checkpoint_dirs(final.parent)[:-max(keep, 1)]:
+            shutil.rmtree(stale)
+    _barrier()
+    return final
+
+
 def save_checkpoint(root: str | os.PathLike, step: int, *, model: nn.Module,
                     optimizer: torch.optim.Optimizer, extra: dict | None = None, keep: int = 2,
                     on_written: Callable[[Path], None] | None = None) -> Path:
@@ -113,28 +142,74 @@ def save_checkpoint(root: str | os.PathLike, step: int, *, model: nn.Module,
 
     Introduced in chapters/06_2_distributed_checkpoints.ipynb.
     """
-    root = Path(root)
-    final, tmp = root / f"step-{step:06d}", root / f".step-{step:06d}.tmp"
-    if _rank() == 0:
-        root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)  # left by a writer killed mid-save
-        tmp.mkdir()
-    _barrier()
+    final, tmp = _fresh_tmp(Path(root), step)
     with _quiet_single_process():
         dcp.save(training_state(model, optimizer, extra), checkpoint_id=tmp)
     if on_written is not None:
         on_written(tmp)
-    _barrier()
-    if _rank() == 0:
-        old = root / f".step-{step:06d}.old"
-        if final.exists():  # the same step saved again after a restart
-            final.rename(old)
-        tmp.rename(final)  # the atomic step: the checkpoint exists complete, or not at all
-        shutil.rmtree(old, ignore_errors=True)
-        for stale in checkpoint_dirs(root)[:-max(keep, 1)]:
-            shutil.rmtree(stale)
-    _barrier()
-    return final
+    return _publish(final, tmp, keep)
+
+
+@dataclass
+class PendingSave:
+    """A checkpoint that ``dcp.async_save`` is still writing; ``wait()`` publishes it.
+
+    Attributes:
+        final, tmp: The folder it will be published as, and the hidden one DCP writes into.
+        future: DCP's future; done when every rank's files and ``.metadata`` are written.
+        blocking_s: How long ``async_save_checkpoint`` held up its caller (the copy of the
+            state into CPU memory); the rest of the save overlaps training.
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+
+    final: Path
+    tmp: Path
+    future: Future
+    keep: int
+    blocking_s: float
+    on_written: Callable[[Path], None] | None = None
+
+    def wait(self) -> Path:
+        """Block until the files are written, then publish (rename) them; every rank calls it.
+
+        A failed write raises here, and nothing is published.
+        """
+        self.future.result()
+        if self.on_written is not None:
+            self.on_written(self.tmp)
+        return _publish(self.final, self.tmp, self.keep)
+
+
+def async_save_checkpoint(root: str | os.PathLike, step: int, *, model: nn.Module,
+                          optimizer: torch.optim.Optimizer, extra: dict | None = None,
+                          keep: int = 2, process_group: dist.ProcessGroup | None = None,
+                          on_written: Callable[[Path], None] | None = None) -> PendingSave:
+    """Start writing ``root/step-NNNNNN`` in the background (``dcp.async_save``); every rank calls it.
+
+    ``dcp.async_save`` copies the state into CPU memory (staging) before it returns, so
+    training may change the parameters at once; a thread then plans and writes the files.
+    Nothing is published until ``PendingSave.wait()``: a run killed before then leaves its
+    previous checkpoint as the newest complete one, as with ``save_checkpoint``. Call
+    ``wait()`` before the next save and before the run ends.
+
+    Args:
+        process_group: The group the writing thread coordinates over. Pass a group of its
+            own (``dist.new_group(backend="gloo")``): the thread's collectives must not
+            interleave with the training's on the default group.
+        Others: As for ``save_checkpoint``.
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+    final, tmp = _fresh_tmp(Path(root), step)
+    if not _distributed():
+        # The writing thread warns after this call returns, so no context manager can scope
+        # the filter; it matches only DCP's "assuming a single process" notice.
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+    started = time.perf_counter()
+    future = dcp.async_save(training_state(model, optimizer, extra), checkpoint_id=tmp,
+                            process_group=process_group)
+    return PendingSave(final, tmp, future, keep, time.perf_counter() - started, on_written)
 
 
 def check_checkpoint(path: str | os.PathLike, state: dict) -> None:

@@ -42,6 +42,8 @@ class FSDPTrainConfig:
                              "step-NNNNNN if any, written at epoch ends")
     checkpoint_every: int = option(0, "also checkpoint every N optimizer steps (0: epoch ends only)")
     keep: int = option(2, "complete checkpoints to keep")
+    async_save: bool = option(False, "write checkpoints with dcp.async_save while training goes "
+                              "on; each is published when the next save (or the end) waits for it")
     save_final: str = option("", "write the final full model state_dict here (torch.save)")
     log_file: str = option("", "append JSON lines (one per event) to this file, from rank 0")
     compile: bool = option(False, "torch.compile the model's forward (and so its backward)")

@@ -17,8 +17,11 @@ Two nodes (run on each; the checkpoint folder must be on a file system both see)
         --checkpoint /shared/runs/ckpt
 
 ``--checkpoint DIR`` resumes from the newest complete ``DIR/step-NNNNNN`` — written by any
-number of ranks, with either strategy — and writes new ones atomically. ``--compile`` runs
-the model through ``torch.compile``. ``--tiny`` is the configuration the tests use; the
+number of ranks, with either strategy — and writes new ones atomically (``--async-save``: in
+the background, with ``dcp.async_save``). The training loader is a ``StatefulDataLoader``
+whose per-rank state goes into the checkpoint; a resume on another world size uses the
+position instead (``common.fsdp.loader``). ``--compile`` runs the model through
+``torch.compile``. ``--tiny`` is the configuration the tests use; the
 settings are ``common.fsdp.config.FSDPTrainConfig``.
 """
 
@@ -34,9 +37,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import MixedPrecisionPolicy
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from common.ddp.launch import restart_hazard
 from common.ddp.process_group import (
@@ -53,11 +58,14 @@ from common.ddp.train import batchnorm_to_groupnorm, build_loaders, build_optimi
 from common.device import seed_everything
 from common.fsdp.checkpoint import (
     CheckpointError,
+    PendingSave,
+    async_save_checkpoint,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
 from common.fsdp.config import FSDPTrainConfig, parse_config
+from common.fsdp.loader import loaded_state, loader_entry, saved_loader_ranks, stateful_loader
 from common.fsdp.sharding import local_bytes, shard_model
 from common.models import SmallCNN
 from common.synthetic import ShapesData, ensure_data
@@ -112,14 +120,30 @@ class Run:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     log: RunLog
+    loader: StatefulDataLoader
     position: dict = field(default_factory=lambda: {"epoch": 0, "step": 0, "batch_in_epoch": 0})
     timing: Timing = field(default_factory=Timing)
     memory: dict = field(default_factory=dict)
+    loader_state: dict | None = None  # read from a checkpoint of the same world size
+    save_group: object = None  # the process group of --async-save's writing thread
+    pending: tuple[PendingSave, dict] | None = None  # an --async-save not yet published
 
     def extra(self) -> dict:
         """Everything but model and optimizer that a resumed run needs."""
         return {"position": dict(self.position), "scheduler": self.scheduler.state_dict(),
-                "rng": torch.get_rng_state()}
+                "rng": torch.get_rng_state(), "loader": loader_entry(self.loader, self.info.rank)}
+
+    def template(self, *, with_loader: bool) -> dict:
+        """What ``resume`` reads: ``extra()``'s keys, placeholders where DCP puts the values.
+
+        Not ``extra()`` itself: ``loader.state_dict()`` before the first epoch would start
+        an iterator (and workers) over a sampler not yet set to the resumed epoch.
+        """
+        template = {"position": dict(self.position), "scheduler": self.scheduler.state_dict(),
+                    "rng": torch.get_rng_state()}
+        if with_loader:
+            template["loader"] = {f"rank{self.info.rank}": b""}
+        return template
 
     def checkpoint(self) -> None:
         config = self.config
@@ -127,21 +151,46 @@ class Run:
             return
         kill = (config.kill_in_save and self.position["step"] == config.simulate_kill_at_step
                 and self.log.attempt == 0)
-        path = save_checkpoint(config.checkpoint, self.position["step"], model=self.model,
-                               optimizer=self.optimizer, extra=self.extra(), keep=config.keep,
-                               on_written=(lambda _tmp: self.die("in_save")) if kill else None)
-        self.log.write("checkpoint", path=path.name, **self.position)
+        options = {"model": self.model, "optimizer": self.optimizer, "extra": self.extra(),
+                   "keep": config.keep,
+                   "on_written": (lambda _tmp: self.die("in_save")) if kill else None}
+        if not config.async_save:
+            path = save_checkpoint(config.checkpoint, self.position["step"], **options)
+            self.log.write("checkpoint", path=path.name, **self.position)
+            return
+        self.publish()  # one save in flight at most
+        self.pending = (async_save_checkpoint(config.checkpoint, self.position["step"],
+                                              process_group=self.save_group, **options),
+                        dict(self.position))
+
+    def publish(self) -> None:
+        """Wait for the pending ``--async-save`` (if any) and publish it."""
+        if self.pending is None:
+            return
+        (pending, position), self.pending = self.pending, None
+        waited = time.perf_counter()
+        path = pending.wait()
+        self.log.write("checkpoint", path=path.name, blocking_s=round(pending.blocking_s, 4),
+                       wait_s=round(time.perf_counter() - waited, 4), **position)
 
     def resume(self) -> None:
         path = latest_checkpoint(self.config.checkpoint) if self.config.checkpoint else None
         if path is None:
             return
+        same_world = saved_loader_ranks(path) == self.info.world_size
         extra = load_checkpoint(path, model=self.model, optimizer=self.optimizer,
-                                extra=self.extra())
+                                extra=self.template(with_loader=same_world))
         self.scheduler.load_state_dict(extra["scheduler"])
         torch.set_rng_state(extra["rng"])
         self.position = {k: int(v) for k, v in extra["position"].items()}
-        self.log.write("resume", path=path.name, world_size=self.info.world_size, **self.position)
+        if not self.position["batch_in_epoch"]:
+            how = "new epoch"
+        elif same_world:
+            self.loader_state, how = loaded_state(extra["loader"], self.info.rank), "loader state"
+        else:
+            how = "sampler position"
+        self.log.write("resume", path=path.name, world_size=self.info.world_size, loader=how,
+                       **self.position)
 
     def die(self, where: str) -> None:
         self.log.write("simulated_kill", where=where, rank=self.info.world_size - 1, **self.position)
@@ -168,7 +217,7 @@ def train_epoch(run: Run, loader, epoch: int) -> dict[str, float]:
     run.model.train()
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, samples
     start = run.position["batch_in_epoch"]
-    per_epoch = len(loader.sampler) // loader.batch_size // accum * accum + start
+    per_epoch = loader.sampler.num_samples // loader.batch_size // accum * accum
     batch_index, waited = start, time.perf_counter()
     for images, labels in itertools.islice(loader, per_epoch - start):
         run.timing.wait += time.perf_counter() - waited
@@ -265,12 +314,16 @@ def train(config: FSDPTrainConfig, info: DistInfo) -> Run:
     seed_everything(config.seed)
     data = _load_data(config)
     train_loader, val_loader = build_loaders(config, info, data)
+    train_loader = stateful_loader(train_loader)
     model = build_model(config, info, len(data.classes))
     optimizer = build_optimizer(config, model)
     steps_per_epoch = len(train_loader) // config.grad_accum
     scheduler = build_scheduler(config, optimizer, config.num_epochs * steps_per_epoch)
     forward = torch.compile(model) if config.compile else model
-    run = Run(config, info, model, forward, optimizer, scheduler, RunLog(config.log_file, info))
+    run = Run(config, info, model, forward, optimizer, scheduler, RunLog(config.log_file, info),
+              train_loader)
+    if config.async_save and info.initialized:
+        run.save_group = dist.new_group(backend="gloo")  # async_save needs a CPU backend
     if restart_hazard() and is_main_process():
         print(f"warning: {restart_hazard()}", file=sys.stderr, flush=True)
     run.log.write("start", world_size=info.world_size, strategy=config.strategy,
@@ -281,8 +334,13 @@ def train(config: FSDPTrainConfig, info: DistInfo) -> Run:
         if 0 < config.max_steps <= run.position["step"]:
             break
         start = run.position["batch_in_epoch"] if epoch == run.position["epoch"] else 0
-        train_loader.sampler.set_epoch(epoch, start=start * train_loader.batch_size)
         train_loader.dataset.set_epoch(epoch)
+        if start and run.loader_state is not None:  # resumed mid-epoch, same world size
+            train_loader.sampler.set_epoch(epoch)
+            train_loader.load_state_dict(run.loader_state)
+        else:  # a new epoch, or resumed on another world size: skip by position
+            train_loader.sampler.set_epoch(epoch, start=start * train_loader.batch_size)
+        run.loader_state = None
         run.position = {"epoch": epoch, "step": run.position["step"], "batch_in_epoch": start}
         metrics = train_epoch(run, train_loader, epoch)
         if run.position["batch_in_epoch"] < steps_per_epoch * config.grad_accum:
@@ -292,6 +350,7 @@ def train(config: FSDPTrainConfig, info: DistInfo) -> Run:
         run.position = {"epoch": epoch + 1, "step": run.position["step"], "batch_in_epoch": 0}
         run.log.write("epoch", epoch=epoch + 1, step=run.position["step"], **metrics)
         run.checkpoint()
+    run.publish()
     weights = full_state_dict(model)
     if config.save_final and is_main_process():
         atomic_save(weights, config.save_final)

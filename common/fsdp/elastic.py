@@ -1,0 +1,91 @@
+"""Elastic runs on one machine: ``torchrun --nnodes=MIN:MAX`` agents that join while a run goes on.
+
+Each agent is a ``torchrun`` with a c10d rendezvous at the same endpoint. With ``--nnodes=1:2``
+the first agent waits ``last_call_timeout`` seconds for company, then starts its workers at
+world size 1. A second agent that arrives later waits in the rendezvous; the running agent
+sees it (``num_nodes_waiting() > 0`` in its monitor loop), stops its workers and both start a
+new group at world size 2 — which resumes from the newest distributed checkpoint. In torch's
+``SimpleElasticAgent._invoke_run`` such a membership change does not count against
+``--max-restarts`` ("membership changes do not count as retries"); only failures do.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.ddp.launch import launch_env
+
+
+def elastic_command(module: str, args: Sequence[str] = (), *, endpoint: str, min_nodes: int = 1,
+                    max_nodes: int = 2, nproc_per_node: int = 1, rdzv_id: str = "elastic",
+                    max_restarts: int = 0, last_call_timeout: float = 1,
+                    join_timeout: float = 60) -> list[str]:
+    """One elastic agent's ``torchrun ... -m module args`` command line, for ``subprocess``.
+
+    ``last_call_timeout`` (default 30 s in torch) is how long a rendezvous that has
+    ``min_nodes`` waits for more; ``join_timeout`` bounds how long an agent waits at all.
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}",
+            f"--nnodes={min_nodes}:{max_nodes}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
+            f"--rdzv-conf=last_call_timeout={last_call_timeout},join_timeout={join_timeout}",
+            f"--max-restarts={max_restarts}", "-m", module, *args]
+
+
+def read_log(log_file: str | Path) -> list[dict]:
+    """The JSON-lines records of a run's ``--log-file`` so far ([] before it exists).
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+    path = Path(log_file)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+@dataclass
+class ElasticJoin:
+    """What ``join_later`` saw: when the second agent started, and both agents' output."""
+
+    joined_at: float  # time.time() when the second agent was started
+    outputs: list[str] = field(default_factory=list)
+
+
+def join_later(command: Sequence[str], log_file: str | Path, *, after_step: int,
+               timeout: float = 120) -> ElasticJoin:
+    """Start one agent; once its run logged a checkpoint of ``after_step``, start a second.
+
+    Both run ``command`` (an ``elastic_command``); returns when both have finished.
+
+    Raises:
+        RuntimeError: An agent failed, or the first one ended before the second joined.
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+    def start() -> subprocess.Popen:
+        return subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=launch_env())
+
+    first, deadline = start(), time.monotonic() + timeout
+    while not any(r["event"] == "checkpoint" and r["step"] >= after_step
+                  for r in read_log(log_file)):
+        if first.poll() is not None or time.monotonic() > deadline:
+            first.kill()
+            raise RuntimeError(f"the first agent ended (or took over {timeout} s) before step "
+                               f"{after_step}:\n{first.communicate()[0][-3000:]}")
+        time.sleep(0.05)
+    joined_at, second = time.time(), start()
+    agents = [first, second]
+    result = ElasticJoin(joined_at, [agent.communicate(timeout=timeout)[0] for agent in agents])
+    for agent, output in zip(agents, result.outputs, strict=True):
+        if agent.returncode != 0:
+            raise RuntimeError(f"an agent exited with {agent.returncode}:\n{output[-3000:]}")
+    return result
