@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.ddp.process_group import DistInfo, is_main_process
+from common.ddp.snapshot import atomic_save
 
 
 class RunLog:
@@ -57,3 +58,18 @@ class Timing:
         return {"samples_per_s": round((step - self.start_step) * batch_size / seconds, 2),
                 "data_wait_fraction": round(self.wait / seconds, 4),
                 "timed_steps": step - self.start_step}
+
+
+def finish_run(log: RunLog, timing: Timing, *, weights: dict | None, save_final: str, step: int,
+               first_step: int, world_size: int, batch_size: int, **extra) -> None:
+    """The end of every training run: rank 0 saves ``weights`` (atomically), then logs ``done``.
+
+    ``done`` holds the step reached, the steps of this attempt, the world size, the timing
+    summary (samples/s, data-wait fraction) and whatever ``extra`` the trainer adds.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    if save_final and weights is not None and is_main_process():
+        atomic_save(weights, save_final)
+    log.write("done", step=step, steps_this_attempt=step - first_step, world_size=world_size,
+              **extra, **timing.summary(step, batch_size))

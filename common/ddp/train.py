@@ -49,11 +49,10 @@ from common.ddp.process_group import (
     unwrap,
     wrap_model,
 )
-from common.ddp.run_log import RunLog, Timing
+from common.ddp.run_log import RunLog, Timing, finish_run
 from common.ddp.snapshot import (
     Position,
     SnapshotError,
-    atomic_save,
     check_settings,
     load_snapshot,
     read_snapshot,
@@ -289,12 +288,10 @@ def train(config: TrainConfig, info: DistInfo) -> Run:
         run.log.write("epoch", epoch=epoch + 1, step=run.position.step,
                       seconds=round(time.perf_counter() - started, 3), **metrics)
         run.snapshot()
-    if config.save_final and is_main_process():
-        atomic_save(unwrap(model).state_dict(), config.save_final)
-    run.log.write("done", step=run.position.step, steps_this_attempt=run.position.step - first_step,
-                  allreduce_syncs=counter.syncs, allreduce_calls=counter.bucket_calls,
-                  world_size=info.world_size,
-                  **run.timing.summary(run.position.step, config.batch_size))
+    finish_run(run.log, run.timing, weights=unwrap(model).state_dict(), save_final=config.save_final,
+               step=run.position.step, first_step=first_step, world_size=info.world_size,
+               batch_size=config.batch_size, allreduce_syncs=counter.syncs,
+               allreduce_calls=counter.bucket_calls)
     return run
 
 

@@ -52,8 +52,7 @@ from common.ddp.process_group import (
     run_in_process_group,
     wrap_model,
 )
-from common.ddp.run_log import RunLog, Timing
-from common.ddp.snapshot import atomic_save
+from common.ddp.run_log import RunLog, Timing, finish_run
 from common.ddp.train import batchnorm_to_groupnorm, build_loaders, build_optimizer, build_scheduler
 from common.device import seed_everything
 from common.fsdp.checkpoint import (
@@ -352,12 +351,10 @@ def train(config: FSDPTrainConfig, info: DistInfo) -> Run:
         run.checkpoint()
     run.publish()
     weights = full_state_dict(model)
-    if config.save_final and is_main_process():
-        atomic_save(weights, config.save_final)
-    run.log.write("done", step=run.position["step"], steps_this_attempt=run.position["step"] -
-                  first_step, world_size=info.world_size, strategy=config.strategy,
-                  bytes_per_rank=gather_objects(run.memory),
-                  **run.timing.summary(run.position["step"], config.batch_size))
+    finish_run(run.log, run.timing, weights=weights, save_final=config.save_final,
+               step=run.position["step"], first_step=first_step, world_size=info.world_size,
+               batch_size=config.batch_size, strategy=config.strategy,
+               bytes_per_rank=gather_objects(run.memory))
     return run
 
 
