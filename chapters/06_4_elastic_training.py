@@ -124,8 +124,9 @@ host, guest = (elastic_command("common.fsdp.train", args(out, "--step-delay", "0
 print(shown(host))
 left = leave_later(host, guest, out / "log.jsonl", after_step=2)
 leave_log = read_log(out / "log.jsonl")
-assert [r["world_size"] for r in leave_log if r["event"] == "start"] == [2, 1]
-assert [(r["world_size"], r["attempt"]) for r in leave_log if r["event"] == "resume"] == [(1, 1)]
+# [2, 1]; [1, 2, 1] if the guest came later than last_call_timeout and joined a running group
+assert [r["world_size"] for r in leave_log if r["event"] == "start"][-2:] == [2, 1]
+assert [(r["world_size"], r["attempt"]) for r in leave_log if r["event"] == "resume"][-1] == (1, 1)
 print("max |w - uninterrupted|:", same_weights(out))
 
 # %% [markdown]
@@ -153,10 +154,10 @@ table(leave_log, left.left_at, "s after the leave")
 
 # %%
 def cost(log: list[dict], since: float) -> dict:
-    restart = [r for r in log if r["event"] == "start"][-1]
+    *_, before_change, restart = [r for r in log if r["event"] == "start"]
     resume = [r for r in log if r["event"] == "resume"][-1]
     before = [r["step"] for r in log if r["event"] == "checkpoint" and r["time"] < restart["time"]]
-    return {"world size": f"{log[0]['world_size']} → {restart['world_size']}",
+    return {"world size": f"{before_change['world_size']} → {restart['world_size']}",
             "s to the new group's start": round(restart["time"] - since, 1),
             "s to training again (resumed)": round(resume["time"] - since, 1),
             "resumed at step": resume["step"],

@@ -112,9 +112,12 @@ class ElasticLeave:
     outputs: list[str] = field(default_factory=list)
 
 
-def _logged(log_file: str | Path, event: str, **values) -> bool:
-    return any(r["event"] == event and all(r.get(k) == v for k, v in values.items())
-               for r in read_log(log_file))
+def _checkpointed_at_world_size(log_file: str | Path, world_size: int, step: int) -> bool:
+    """Whether a group of ``world_size`` started and then logged a checkpoint of ``step`` or later."""
+    log = read_log(log_file)
+    starts = [i for i, r in enumerate(log) if r["event"] == "start" and r["world_size"] == world_size]
+    return bool(starts) and any(r["event"] == "checkpoint" and r["step"] >= step
+                                for r in log[starts[0]:])
 
 
 def leave_later(host: Sequence[str], guest: Sequence[str], log_file: str | Path, *,
@@ -138,8 +141,7 @@ def leave_later(host: Sequence[str], guest: Sequence[str], log_file: str | Path,
 
     first, second = start(host), start(guest)
     deadline = time.monotonic() + timeout
-    while not (_logged(log_file, "start", world_size=2) and any(
-            r["event"] == "checkpoint" and r["step"] >= after_step for r in read_log(log_file))):
+    while not _checkpointed_at_world_size(log_file, 2, after_step):
         if first.poll() is not None or second.poll() is not None or time.monotonic() > deadline:
             for agent in (first, second):
                 agent.kill()
