@@ -11,7 +11,8 @@
 #   the previous checkpoint
 # - Clear errors for a checkpoint of another model, a missing shard file, a truncated `.metadata`
 # - `dcp_to_torch_save` for inference and back; what `dcp.async_save` overlaps, timed
-# - Elastic training live: a second `torchrun` agent joins, the group restarts at world size 2 and resumes
+#
+# Elastic training, with `torchrun` agents that join or leave a running job, is [Chapter 6.4](06_4_elastic_training.ipynb).
 
 # %% [markdown]
 # ## Setup
@@ -19,7 +20,6 @@
 # %%
 import io
 import json
-import re
 import shutil
 import time
 import warnings
@@ -34,7 +34,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from common import ensure_data, get_device, seed_everything
-from common.ddp.launch import free_port, run_command, torchrun_command
+from common.ddp.launch import run_command, torchrun_command
 from common.ddp.train import batchnorm_to_groupnorm
 from common.fsdp.checkpoint import (
     CheckpointError,
@@ -44,7 +44,6 @@ from common.fsdp.checkpoint import (
     to_torch_save,
     training_state,
 )
-from common.fsdp.elastic import elastic_command, join_later, read_log
 from common.fsdp.train import main
 from common.models import SmallCNN
 
@@ -294,48 +293,11 @@ print("while pending:", hidden, "| after wait():", sorted(p.name for p in (RUNS 
 assert hidden == [".step-000001.tmp"] and published.name == "step-000001"
 
 # %% [markdown]
-# ## Elastic: a second agent joins a running job
-# `torchrun --nnodes=1:2 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:PORT` lets a job run with 1 or 2
-# agents (nodes). The first agent waits `last_call_timeout` seconds (torch's default is 30; 1 here) for
-# company, then starts at world size 1. A second agent that arrives later waits in the rendezvous; the
-# running agent's monitor loop sees it (`num_nodes_waiting() > 0`), stops its workers, and both start a
-# new group at world size 2 — which resumes from the newest checkpoint. `common.fsdp.elastic.join_later`
-# starts the first agent and, once step 1 is checkpointed, the second (`--step-delay` keeps the run
-# going long enough; `--async-save` writes every step's checkpoint in the background):
-
-# %%
-out = RUNS / "elastic"
-command = elastic_command("common.fsdp.train", args(out, "--checkpoint-every", "1", "--async-save",
-                                                    "--step-delay", "0.5"),
-                          endpoint=f"127.0.0.1:{free_port()}", max_restarts=0)
-print("torchrun", re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", " ".join(command[3:])))
-joined = join_later(command, out / "log.jsonl", after_step=1)
-log = read_log(out / "log.jsonl")
-starts = [r["world_size"] for r in log if r["event"] == "start"]
-resumed = records(out, "resume")
-weights = torch.load(out / "final.pt", weights_only=True)
-assert starts == [1, 2] and [r["world_size"] for r in resumed] == [2]
-assert all(torch.allclose(weights[k], reference[k], rtol=1.3e-6, atol=1e-5) for k in reference)
-pd.DataFrame([{"event": r["event"], "world size": r.get("world_size"), "step": r.get("step"),
-               "loader": r.get("loader", ""), "s after the join": round(r["time"] - joined.joined_at, 1)}
-              for r in log if r["event"] in ("start", "resume", "done")])
-
-# %% [markdown]
-# The resumed run reaches the uninterrupted run's weights: the checkpoint of world size 1 loads at world
-# size 2, and with the global batch fixed the position (not the per-rank loader state, which belongs to a
-# rank of one world size) says where the epoch goes on. What the membership change costs is the table's
-# second row: a full restart — new processes, rendezvous, loading the checkpoint — plus the steps since
-# the last published checkpoint. It did not use a `--max-restarts` attempt (`--max-restarts=0` above):
-# torch's `SimpleElasticAgent._invoke_run` restarts the group on a join with the comment "membership
-# changes do not count as retries". An agent that *leaves* is different: its peers' collectives fail, the
-# agents see `FAILED`, and the restart at the smaller world size does use up one of `--max-restarts`.
-
-# %% [markdown]
 # ## Summary
 # - DCP writes one file per rank plus `.metadata`, which maps every tensor chunk to a file and offset.
 # - `get_state_dict` / `set_state_dict` give name-keyed model and optimizer state for FSDP, DDP or one process.
-# - A checkpoint written by 2 ranks continues on 1 or 3 to the same weights as an uninterrupted run — also
-#   live, when a second agent joins `torchrun --nnodes=1:2` and the group restarts at world size 2.
+# - A checkpoint written by 2 ranks continues on 1 or 3 to the same weights as an uninterrupted run (live,
+#   with agents joining and leaving a `torchrun --nnodes=1:2` job, in Chapter 6.4).
 # - Write to a hidden folder and rename: a kill mid-save leaves the previous checkpoint as the newest.
 # - Validate before loading: another model, a missing shard or a truncated `.metadata` each name the file.
 # - `dcp.async_save` blocks only for the copy into CPU memory; publish by rename after its future is done.

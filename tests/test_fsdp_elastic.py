@@ -1,4 +1,4 @@
-"""Tests for common/fsdp/elastic.py (the live join itself runs in chapters/06_2, under nbval)."""
+"""Tests for common/fsdp/elastic.py (the live join and leave run in chapters/06_4, under nbval)."""
 
 from __future__ import annotations
 
@@ -22,3 +22,11 @@ def test_read_log_skips_a_line_still_being_written(tmp_path):
     assert read_log(log) == []
     log.write_text(json.dumps({"event": "start", "world_size": 1}) + '\n{"event": "chec')
     assert read_log(log) == [{"event": "start", "world_size": 1}]
+
+
+def test_elastic_command_sets_keep_alive_and_host_only_when_given():
+    command = elastic_command("common.fsdp.train", endpoint="127.0.0.1:29555", max_restarts=1,
+                              keep_alive_interval=1, keep_alive_max_attempt=2, is_host=False)
+    assert ("--rdzv-conf=last_call_timeout=1,join_timeout=60,keep_alive_interval=1,"
+            "keep_alive_max_attempt=2,is_host=0") in command
+    assert "--max-restarts=1" in command

@@ -1,4 +1,4 @@
-"""Elastic runs on one machine: ``torchrun --nnodes=MIN:MAX`` agents that join while a run goes on.
+"""Elastic runs on one machine: ``torchrun --nnodes=MIN:MAX`` agents that join or leave a run.
 
 Each agent is a ``torchrun`` with a c10d rendezvous at the same endpoint. With ``--nnodes=1:2``
 the first agent waits ``last_call_timeout`` seconds for company, then starts its workers at
@@ -19,31 +19,44 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from common.ddp.launch import launch_env
 
 
 def elastic_command(module: str, args: Sequence[str] = (), *, endpoint: str, min_nodes: int = 1,
                     max_nodes: int = 2, nproc_per_node: int = 1, rdzv_id: str = "elastic",
                     max_restarts: int = 0, last_call_timeout: float = 1,
-                    join_timeout: float = 60) -> list[str]:
+                    join_timeout: float = 60, keep_alive_interval: int | None = None,
+                    keep_alive_max_attempt: int | None = None,
+                    is_host: bool | None = None) -> list[str]:
     """One elastic agent's ``torchrun ... -m module args`` command line, for ``subprocess``.
 
     ``last_call_timeout`` (default 30 s in torch) is how long a rendezvous that has
     ``min_nodes`` waits for more; ``join_timeout`` bounds how long an agent waits at all.
+    An agent whose heartbeat is ``keep_alive_interval * keep_alive_max_attempt`` seconds old
+    (torch's defaults: 5 s and 3) is dead and removed from the rendezvous; only given ones are set.
+    ``is_host`` says whether this agent hosts the rendezvous's TCPStore; by default every agent
+    on the endpoint's machine tries to, and the first to bind the port wins.
 
-    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    Introduced in chapters/06_4_elastic_training.ipynb.
     """
+    conf = f"last_call_timeout={last_call_timeout},join_timeout={join_timeout}"
+    for key, value in (("keep_alive_interval", keep_alive_interval),
+                       ("keep_alive_max_attempt", keep_alive_max_attempt),
+                       ("is_host", None if is_host is None else int(is_host))):
+        if value is not None:
+            conf += f",{key}={value}"
     return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}",
             f"--nnodes={min_nodes}:{max_nodes}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
-            f"--rdzv-conf=last_call_timeout={last_call_timeout},join_timeout={join_timeout}",
+            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", f"--rdzv-conf={conf}",
             f"--max-restarts={max_restarts}", "-m", module, *args]
 
 
 def read_log(log_file: str | Path) -> list[dict]:
     """The JSON-lines records of a run's ``--log-file`` so far ([] before it exists).
 
-    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    Introduced in chapters/06_4_elastic_training.ipynb.
     """
     path = Path(log_file)
     if not path.is_file():
@@ -68,7 +81,7 @@ def join_later(command: Sequence[str], log_file: str | Path, *, after_step: int,
     Raises:
         RuntimeError: An agent failed, or the first one ended before the second joined.
 
-    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    Introduced in chapters/06_4_elastic_training.ipynb.
     """
     def start() -> subprocess.Popen:
         return subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -89,3 +102,59 @@ def join_later(command: Sequence[str], log_file: str | Path, *, after_step: int,
         if agent.returncode != 0:
             raise RuntimeError(f"an agent exited with {agent.returncode}:\n{output[-3000:]}")
     return result
+
+
+@dataclass
+class ElasticLeave:
+    """What ``leave_later`` saw: when the second agent was killed, and both agents' output."""
+
+    left_at: float  # time.time() when the second agent's process group was killed
+    outputs: list[str] = field(default_factory=list)
+
+
+def _checkpointed_at_world_size(log_file: str | Path, world_size: int, step: int) -> bool:
+    """Whether a group of ``world_size`` started and then logged a checkpoint of ``step`` or later."""
+    log = read_log(log_file)
+    starts = [i for i, r in enumerate(log) if r["event"] == "start" and r["world_size"] == world_size]
+    return bool(starts) and any(r["event"] == "checkpoint" and r["step"] >= step
+                                for r in log[starts[0]:])
+
+
+def leave_later(host: Sequence[str], guest: Sequence[str], log_file: str | Path, *,
+                after_step: int, timeout: float = 120) -> ElasticLeave:
+    """Start two agents together; once step ``after_step`` is checkpointed, kill the guest.
+
+    ``host`` and ``guest`` are ``elastic_command``s with ``is_host=True`` and ``False``: the
+    host agent holds the c10d rendezvous's TCPStore, which every agent needs to go on, so it
+    is the guest that leaves. The guest agent and its workers (which torchrun starts in
+    sessions of their own, so not its process group: its process tree) get SIGKILL, as when
+    a machine goes away. Returns when the host agent has finished.
+
+    Raises:
+        RuntimeError: The host agent failed, or an agent ended before the guest left.
+
+    Introduced in chapters/06_4_elastic_training.ipynb.
+    """
+    def start(command: Sequence[str], **options) -> subprocess.Popen:
+        return subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=launch_env(), **options)
+
+    first, second = start(host), start(guest)
+    deadline = time.monotonic() + timeout
+    while not _checkpointed_at_world_size(log_file, 2, after_step):
+        if first.poll() is not None or second.poll() is not None or time.monotonic() > deadline:
+            for agent in (first, second):
+                agent.kill()
+            raise RuntimeError(f"an agent ended (or {timeout} s passed) before step {after_step} "
+                               f"at world size 2:\n{first.communicate()[0][-3000:]}")
+        time.sleep(0.05)
+    guest_tree = psutil.Process(second.pid)
+    guest_tree = [guest_tree, *guest_tree.children(recursive=True)]
+    left_at = time.time()
+    for process in guest_tree:
+        process.kill()
+    outputs = [first.communicate(timeout=timeout)[0], second.communicate()[0]]
+    if first.returncode != 0:
+        raise RuntimeError(f"the remaining agent exited with {first.returncode}:\n"
+                           f"{outputs[0][-3000:]}")
+    return ElasticLeave(left_at, outputs)

@@ -1,0 +1,210 @@
+# %% [markdown]
+# # Chapter 6.4 — Elastic training: agents that join and leave a running job
+# **Guide sections:** beyond the guide — the title's 大规模深度学习 (large-scale training); like §2.1
+# 数据管道的概念与重要性 argues for the pipeline, a long run is only as good as its ability to stop and go on.
+# [Glossary / 术语表](../GLOSSARY.md)
+# ## What you will learn
+# - `torchrun --nnodes=1:2` with the c10d rendezvous on 127.0.0.1: one job, one or two agents (nodes)
+# - A join, live: a second agent arrives, the group restarts at world size 2 and resumes from the
+#   newest distributed checkpoint (Chapter 6.2) to the uninterrupted run's weights
+# - A leave, live: one of two agents is killed, the other's worker fails in its next collective, and
+#   the group restarts at world size 1 from the checkpoint, to the same weights
+# - What `--max-restarts` and a membership change cost, measured from the two runs' own logs
+
+# %% [markdown]
+# ## Setup
+# The reference is an uninterrupted 1-process run of `common.fsdp.train --tiny` (8 steps), in this kernel.
+
+# %%
+import io
+import re
+import shutil
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from common import ensure_data, get_device, seed_everything
+from common.ddp.launch import free_port
+from common.fsdp.elastic import elastic_command, join_later, leave_later, read_log
+from common.fsdp.train import main
+
+seed_everything(0)
+device = get_device()
+data = ensure_data(verbose=False)
+RUNS = Path("../runs/06_4")
+shutil.rmtree(RUNS, ignore_errors=True)
+
+
+def args(out: Path, *extra: str) -> list[str]:
+    return ["--tiny", "--log-file", str(out / "log.jsonl"), "--save-final", str(out / "final.pt"),
+            "--checkpoint", str(out / "ckpt"), "--checkpoint-every", "1", *extra]
+
+
+def same_weights(out: Path) -> float:
+    """The largest difference from the reference, after asserting PyTorch's float32 tolerances."""
+    weights = torch.load(out / "final.pt", weights_only=True)
+    for key in reference:
+        torch.testing.assert_close(weights[key], reference[key], rtol=1.3e-6, atol=1e-5)
+    return max((weights[k] - reference[k]).abs().max().item() for k in reference)
+
+
+def shown(command: list[str]) -> str:
+    return "torchrun " + re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", " ".join(command[3:])).replace(
+        str(RUNS), "RUN")
+
+
+with redirect_stdout(io.StringIO()):  # its JSON lines go to the log file only
+    assert main(args(RUNS / "uninterrupted")) == 0
+reference = torch.load(RUNS / "uninterrupted" / "final.pt", weights_only=True)
+print("device:", device, "| runs in", RUNS, "| reference tensors:", len(reference))
+
+# %% [markdown]
+# ## A second agent joins a running job
+# `torchrun --nnodes=1:2 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:PORT` lets a job run with 1 or 2
+# agents (nodes). The first agent waits `last_call_timeout` seconds (torch's default is 30; 1 here) for
+# company, then starts at world size 1. A second agent that arrives later waits in the rendezvous; the
+# running agent's monitor loop sees it (`num_nodes_waiting() > 0`), stops its workers, and both start a
+# new group at world size 2 — which resumes from the newest checkpoint. `common.fsdp.elastic.join_later`
+# starts the first agent and, once step 1 is checkpointed, the second (`--step-delay` keeps the run
+# going long enough; `--async-save` writes every step's checkpoint in the background):
+
+# %%
+out = RUNS / "join"
+command = elastic_command("common.fsdp.train", args(out, "--async-save", "--step-delay", "0.75"),
+                          endpoint=f"127.0.0.1:{free_port()}", max_restarts=0)
+print(shown(command))
+joined = join_later(command, out / "log.jsonl", after_step=1)
+join_log = read_log(out / "log.jsonl")
+assert [r["world_size"] for r in join_log if r["event"] == "start"] == [1, 2]
+resumed = [r for r in join_log if r["event"] == "resume"]
+assert [r["world_size"] for r in resumed] == [2] and resumed[0]["step"] < 8  # joined mid-run
+print("max |w - uninterrupted|:", same_weights(out))
+
+# %% [markdown]
+# The run's log, as a table: each `start` is a new worker group, each `resume` a load of the checkpoint.
+
+# %%
+def table(log: list[dict], since: float, label: str) -> pd.DataFrame:
+    return pd.DataFrame([{"event": r["event"], "attempt": r["attempt"], "world size": r.get("world_size"),
+                          "step": r.get("step"), "loader": r.get("loader", ""),
+                          label: round(r["time"] - since, 1)}
+                         for r in log if r["event"] in ("start", "resume", "done")])
+
+
+table(join_log, joined.joined_at, "s after the join")
+
+# %% [markdown]
+# The resumed run reaches the uninterrupted run's weights: the checkpoint of world size 1 loads at world
+# size 2, and with the global batch fixed the position (not the per-rank loader state, which belongs to a
+# rank of one world size) says where the epoch goes on. The join did not use a `--max-restarts` attempt
+# (`--max-restarts=0` above, and `attempt` stays 0): torch's `SimpleElasticAgent._invoke_run` restarts
+# the group on a join with the comment "membership changes do not count as retries".
+
+# %% [markdown]
+# ## An agent leaves
+# Now the reverse: two agents start together, so the job runs at world size 2, and after step 2 one of
+# them goes away — SIGKILL to the agent and its worker, as when a machine dies. Which one matters on
+# loopback: the agent that hosts the c10d rendezvous's TCPStore is the one every agent asks about the
+# rendezvous; kill it and the other agent fails with `RendezvousConnectionError: ... Broken pipe`
+# instead of going on. Left to themselves, both agents on 127.0.0.1 try to host it and the first to bind
+# the port wins, so `elastic_command(..., is_host=...)` says which one hosts (`--rdzv-conf` key
+# `is_host`), and `leave_later` kills the other, the guest. Two more rendezvous settings:
+# `keep_alive_interval=1,keep_alive_max_attempt=2` — an agent whose heartbeat is 2 s old is dead and
+# removed from the rendezvous (torch's defaults, 5 s and 3, would wait 15 s) — and `--max-restarts=1`,
+# because for the agent that stays the leave is a failure of its worker.
+
+# %%
+out = RUNS / "leave"
+options = {"endpoint": f"127.0.0.1:{free_port()}", "max_restarts": 1, "keep_alive_interval": 1,
+           "keep_alive_max_attempt": 2}
+host, guest = (elastic_command("common.fsdp.train", args(out, "--step-delay", "0.25"), is_host=is_host,
+                               **options) for is_host in (True, False))
+print(shown(host))
+left = leave_later(host, guest, out / "log.jsonl", after_step=2)
+leave_log = read_log(out / "log.jsonl")
+# [2, 1]; [1, 2, 1] if the guest came later than last_call_timeout and joined a running group
+assert [r["world_size"] for r in leave_log if r["event"] == "start"][-2:] == [2, 1]
+assert [(r["world_size"], r["attempt"]) for r in leave_log if r["event"] == "resume"][-1] == (1, 1)
+print("max |w - uninterrupted|:", same_weights(out))
+
+# %% [markdown]
+# What the remaining worker saw: its next collective (gloo, over TCP) found the connection to the dead
+# peer closed — no timeout to wait for, the kernel closes a killed process's sockets — so it raised, and
+# its agent reported the failure and restarted the group. From the host agent's output:
+
+# %%
+failure = [re.sub(r"\[/__w/\S+\]", "[gloo/transport/tcp/pair.cc]", line.strip())[:160]
+           for line in left.outputs[0].splitlines()
+           if "Connection closed by peer" in line or "failed (exitcode" in line]
+assert any("Connection closed by peer" in line for line in failure)
+print(*dict.fromkeys(re.sub(r"\(pid: \d+\).*|^E\d+ [\d:.]+ \d+ ", "", line) for line in failure),
+      sep="\n")
+
+# %%
+table(leave_log, left.left_at, "s after the leave")
+
+# %% [markdown]
+# ## What `--max-restarts` and the membership change cost
+# Both changes are a full restart of the worker group: new processes, a new rendezvous, the checkpoint
+# loaded. From the two logs: how long the job did not train, how many steps it did twice (the old
+# group's last checkpointed step minus the step it resumed at), and how many `--max-restarts`
+# attempts it used (the `attempt` field, torchrun's `TORCHELASTIC_RESTART_COUNT`):
+
+# %%
+def cost(log: list[dict], since: float) -> dict:
+    *_, before_change, restart = [r for r in log if r["event"] == "start"]
+    resume = [r for r in log if r["event"] == "resume"][-1]
+    before = [r["step"] for r in log if r["event"] == "checkpoint" and r["time"] < restart["time"]]
+    return {"world size": f"{before_change['world_size']} → {restart['world_size']}",
+            "s to the new group's start": round(restart["time"] - since, 1),
+            "s to training again (resumed)": round(resume["time"] - since, 1),
+            "resumed at step": resume["step"],
+            "steps done twice": max(before, default=0) - resume["step"],
+            "--max-restarts attempts used": max(r["attempt"] for r in log)}
+
+
+costs = pd.DataFrame({"join": cost(join_log, joined.joined_at), "leave": cost(leave_log, left.left_at)})
+assert costs.loc["--max-restarts attempts used"].tolist() == [0, 1]
+costs
+
+# %% [markdown]
+# The table's numbers, spelled out by the cell that measured them:
+
+# %%
+join_cost, leave_cost = costs["join"], costs["leave"]
+print(f"join: training again {join_cost['s to training again (resumed)']} s after the second agent "
+      f"started, {join_cost['--max-restarts attempts used']} restart attempts used")
+print(f"leave: training again {leave_cost['s to training again (resumed)']} s after the kill, "
+      f"{leave_cost['--max-restarts attempts used']} of --max-restarts=1 used, "
+      f"{leave_cost['steps done twice']} steps done twice")
+
+# %% [markdown]
+# The join's time is mostly the new agent's own start (Python, torch, the rendezvous) plus the workers'
+# restart; the leave's adds the dead agent's removal (2 missed heartbeats here) and `last_call_timeout`.
+# Steps are lost only back to the newest *published* checkpoint — with `--checkpoint-every 1` none or one;
+# with a checkpoint every 1000 steps up to 999. And the leave spent the job's only restart: a second
+# failure (or leave) would end it, where a join costs no attempt at all.
+
+# %% [markdown]
+# ## Summary
+# - `torchrun --nnodes=1:2` with a c10d rendezvous runs one job on 1 or 2 agents; each membership change
+#   restarts the whole worker group, which resumes from the newest distributed checkpoint.
+# - A join: the running agent sees a waiting node, the group restarts at world size 2, no restart attempt used.
+# - A leave: the peer's next gloo collective fails ("Connection closed by peer"), the agent restarts the
+#   group at world size 1 and uses one of `--max-restarts`.
+# - On loopback, the agent that hosts the rendezvous's TCPStore must stay (`is_host`); dead peers are
+#   dropped after `keep_alive_interval × keep_alive_max_attempt` seconds.
+# - Both runs end at the uninterrupted run's weights: the checkpoint reshards, and the position in the
+#   epoch (not a per-rank loader state) carries over to the new world size.
+
+# %% [markdown]
+# ## Exercises
+# 1. Run the leave with torch's default keep-alive settings (drop `keep_alive_interval` and
+#    `keep_alive_max_attempt`). How much longer does the restart take, and why?
+# 2. Kill the *host* agent instead of the guest. What does the remaining agent report, and what would
+#    a real cluster put at the rendezvous endpoint so that no training node has to host it?
+# 3. Run the leave with `--max-restarts=0`. What happens to the remaining agent?
+# 4. Checkpoint every 3 steps instead of every step and leave after step 2. How many steps are done
+#    twice, and does the run still reach the uninterrupted weights?
