@@ -451,3 +451,31 @@ def test_persistent_workers_follow_set_epoch(uneven):
         got = [(_pixel_hash(image.numpy()), int(label)) for image, label in loader]
         assert got == expected[epoch]
     assert expected[0] != expected[1]
+
+
+def test_shard_bench_times_with_one_main_thread_and_writes_its_table(tmp_path, monkeypatch):
+    """The main process runs the timed loop on ``--threads`` (1) intra-op threads, restored after.
+
+    With torch's default (one per core) the main process's spinning OpenMP threads competed
+    with the DataLoader workers and hid most of the uint8 reader's gain at 2 workers.
+    """
+    import pandas as pd
+
+    from common.shards import bench
+
+    seen, real = [], bench.measure
+    monkeypatch.setattr(bench, "measure", lambda *a, **k: seen.append(torch.get_num_threads())
+                        or real(*a, **k))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert bench.main(["--quick", "--no-peers", "--no-progress", "--out", str(tmp_path)]) == 0
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    table = pd.read_csv(tmp_path / "shards.csv")
+    assert set(zip(table.pipeline, table.num_workers, strict=True)) == {
+        (name, workers) for name in ("shards_pil", "shards_uint8") for workers in (0, 1)}
+    assert (table.images_per_s > 0).all()
+    assert list(json.loads((tmp_path / "shards.json").read_text())["ratios"]) == [
+        "shards_uint8 / shards_pil (num_workers=1)"]

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
+import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision.transforms import v2
@@ -168,7 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         data = ensure_data(verbose=False)
     pipelines = build_pipelines(config, data)
-    table = summarize(measure(config, pipelines, config.num_images), baseline=BASELINE)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)  # else the main process's spinning OpenMP threads
+    try:  # compete with its DataLoader workers for the cores, unevenly across pipelines
+        table = summarize(measure(config, pipelines, config.num_images), baseline=BASELINE)
+    finally:
+        torch.set_num_threads(threads)
     table.to_csv(config.out / "shards.csv", index=False, float_format="%.2f")
     found = ratios(table)
     (config.out / "shards.json").write_text(json.dumps(
