@@ -150,8 +150,20 @@ def _run(code: str, namespace: dict, name: str, limits: dict) -> str | None:
     return None
 
 
+def _settle_imports() -> None:
+    """Import what rebinds audited names as a side effect of its own import, before the snapshot.
+
+    ``torch._dynamo`` wraps ``torch.manual_seed`` (and more) when first imported, which torch
+    does lazily, e.g. at a model's first optimizer step. Imported only then, inside a check,
+    an honest answer would look like tampering.
+    """
+    if "torch" in sys.modules:
+        import torch._dynamo  # noqa: F401
+
+
 def _snapshot(namespace: dict) -> dict:
     """References to what the checks use, taken before any student code runs."""
+    _settle_imports()
     modules = {name: dict(vars(sys.modules[name])) for name in AUDITED_MODULES if name in sys.modules}
     classes = {}
     for dotted in AUDITED_TYPES:
