@@ -12,8 +12,8 @@ from common.cli import parse_config as parse_dataclass
 
 
 @dataclass
-class TrainConfig:
-    """Every setting of a run; each field is a command-line flag (``batch_size`` -> ``--batch-size``).
+class RunSettings:
+    """What ``common.ddp.train`` and ``common.fsdp.train`` share: data, model size, optimizer, schedule.
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
@@ -29,15 +29,27 @@ class TrainConfig:
     weight_decay: float = option(5e-4, "weight decay")
     seed: int = option(0, "seed of weights, shuffling and augmentation")
     num_workers: int = option(0, "DataLoader worker processes per rank")
-    data_pipeline: str = option("decode", "decode: every JPEG decoded per sample (Chapter 2); cache: Chapter 3's uint8 cache, normalized per batch (needs --no-augment)", choices=("decode", "cache"))
+    data_pipeline: str = option("decode", "decode: every JPEG decoded per sample (Chapter 2); cache: "
+                                "Chapter 3's uint8 cache, normalized per batch (needs --no-augment)",
+                                choices=("decode", "cache"))
     image_size: int = option(64, "side of the square training images")
     width: int = option(16, "channels of SmallCNN's first block")
-    norm: str = option("batch", "batch: per-rank BatchNorm; syncbatch: SyncBatchNorm (GPU); "
-                     "group: GroupNorm (no batch statistics)", choices=("batch", "syncbatch", "group"))
     augment: bool = option(True, "random crops, flips, rotations, colour jitter (seeded per sample)")
     subset: int = option(0, "use only the first N training and N // 2 validation images (0: all)")
-    grad_accum: int = option(1, "micro-batches per optimizer step (no_sync on all but the last)")
+    grad_accum: int = option(1, "micro-batches per optimizer step (gradients synchronised on the "
+                             "last only: no_sync)")
     max_steps: int = option(0, "stop after this many optimizer steps (0: run all epochs)")
+
+
+@dataclass
+class TrainConfig(RunSettings):
+    """Every setting of a run; each field is a command-line flag (``batch_size`` -> ``--batch-size``).
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+
+    norm: str = option("batch", "batch: per-rank BatchNorm; syncbatch: SyncBatchNorm (GPU); "
+                     "group: GroupNorm (no batch statistics)", choices=("batch", "syncbatch", "group"))
     snapshot: str = option("", "snapshot file: resumed from if it exists, rewritten as the run goes")
     snapshot_every: int = option(0, "also snapshot every N optimizer steps (0: at epoch ends only)")
     save_final: str = option("", "write the final model state_dict here")

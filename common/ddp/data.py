@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Subset, default_collate
 
 from common.data import CustomImageDataset
+from common.ddp.config import RunSettings
 from common.ddp.process_group import DistInfo
 from common.ddp.samplers import ResumableDistributedSampler, ShardSampler
 from common.fast.cache import CacheConfig, CachedImageDataset, ensure_cache
@@ -117,9 +118,9 @@ def cached_split(data: ShapesData, split: str, size: int, count: int) -> CachedS
     return CachedSamples(CachedImageDataset(cache.root, check=False))
 
 
-def _datasets(config, data: ShapesData) -> tuple[Dataset, Dataset, object]:
+def _datasets(config: RunSettings, data: ShapesData) -> tuple[Dataset, Dataset, object]:
     size = config.image_size
-    pipeline = getattr(config, "data_pipeline", "decode")
+    pipeline = config.data_pipeline
     if pipeline == "cache":
         if config.augment:
             raise ValueError("--data-pipeline cache stores eval crops: add --no-augment")
@@ -141,10 +142,11 @@ def _datasets(config, data: ShapesData) -> tuple[Dataset, Dataset, object]:
             None)
 
 
-def build_loaders(config, info: DistInfo, data: ShapesData):
+def build_loaders(config: RunSettings, info: DistInfo, data: ShapesData):
     """Training loader (resumable ``DistributedSampler``), exact-once validation loader.
 
-    ``config`` is a ``TrainConfig`` (or ``FSDPTrainConfig``): ``--data-pipeline`` picks
+    ``config`` is a ``TrainConfig`` or an ``FSDPTrainConfig`` (both ``RunSettings``):
+    ``--data-pipeline`` picks
     Chapter 2's per-sample decoding or Chapter 3's uint8 cache.
 
     Returns:

@@ -31,6 +31,7 @@ import platform
 import statistics
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -230,6 +231,24 @@ def time_epochs(loader: Iterable, num_images: int, *, min_seconds: float,
             return seen / elapsed
 
 
+@contextmanager
+def intra_op_threads(count: int):
+    """torch's intra-op threads of this process set to ``count`` inside the block, restored after.
+
+    Benchmarks time the main process on one thread, as DataLoader gives each worker: with more,
+    its spinning OpenMP threads compete with the workers for the cores, unevenly across
+    pipelines, and on a shared machine with everyone.
+
+    Introduced in chapters/03_1_efficient_pipelines.ipynb.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def measure(config: BenchConfig, pipelines: dict[tuple[str, int], Iterable],
             num_images: int) -> list[Result]:
     """One warm-up round, then ``config.repeats`` timed rounds over all pipelines in turn.
@@ -318,14 +337,8 @@ def run_benchmark(config: BenchConfig) -> pd.DataFrame:
     data = _data(config)
     pipelines, cache_info = build_pipelines(config, data)
     num_images = len(pipelines[GUIDE, config.num_workers[0]].dataset)
-    # One intra-op thread, as DataLoader gives each worker: with more, torch's thread pool
-    # competes with the workers (and, on a shared machine, with everyone) and times scatter.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
-    try:
+    with intra_op_threads(config.threads):
         results = measure(config, pipelines, num_images)
-    finally:
-        torch.set_num_threads(threads)
     table = summarize(results)
     payoff = cache_payoff(table, cache_info, num_images)
     table.to_csv(config.out / "benchmark.csv", index=False, float_format="%.2f")

@@ -7,12 +7,14 @@ from dataclasses import dataclass
 
 from common.cli import non_negative, option, positive
 from common.cli import parse_config as parse_dataclass
-from common.ddp.config import pipeline_problem
+from common.ddp.config import RunSettings, pipeline_problem
 
 
 @dataclass
-class FSDPTrainConfig:
+class FSDPTrainConfig(RunSettings):
     """Every setting of a run; each field is a command-line flag (``batch_size`` -> ``--batch-size``).
+
+    ``width`` builds SmallCNN with GroupNorm instead of BatchNorm (no batch statistics to shard).
 
     Introduced in chapters/06_1_fsdp_sharding.ipynb.
     """
@@ -20,24 +22,6 @@ class FSDPTrainConfig:
     strategy: str = option("fsdp", "fsdp: shard parameters, gradients and optimizer state "
                            "(fully_shard); ddp: replicate them (DistributedDataParallel)",
                            choices=("fsdp", "ddp"))
-    data: str = option("", "dataset folder from common.ensure_data (default: the repo's data/shapes)")
-    num_epochs: int = option(3, "number of epochs")
-    batch_size: int = option(64, "GLOBAL batch per optimizer step, split over ranks and --grad-accum")
-    optimizer: str = option("adamw", "adamw, or sgd (with momentum)", choices=("adamw", "sgd"))
-    lr: float = option(3e-3, "peak learning rate")
-    schedule: str = option("cosine", "per optimizer step: cosine decay, or onecycle",
-                           choices=("cosine", "onecycle"))
-    momentum: float = option(0.9, "SGD momentum")
-    weight_decay: float = option(5e-4, "weight decay")
-    seed: int = option(0, "seed of weights, shuffling and augmentation")
-    num_workers: int = option(0, "DataLoader worker processes per rank")
-    data_pipeline: str = option("decode", "decode: every JPEG decoded per sample (Chapter 2); cache: Chapter 3's uint8 cache, normalized per batch (needs --no-augment)", choices=("decode", "cache"))
-    image_size: int = option(64, "side of the square training images")
-    width: int = option(16, "channels of SmallCNN's first block (GroupNorm instead of BatchNorm)")
-    augment: bool = option(True, "random crops, flips, rotations, colour jitter (seeded per sample)")
-    subset: int = option(0, "use only the first N training and N // 2 validation images (0: all)")
-    grad_accum: int = option(1, "micro-batches per optimizer step (gradient sync on the last only)")
-    max_steps: int = option(0, "stop after this many optimizer steps (0: run all epochs)")
     checkpoint: str = option("", "distributed-checkpoint folder: resumed from its newest "
                              "step-NNNNNN if any, written at epoch ends")
     checkpoint_every: int = option(0, "also checkpoint every N optimizer steps (0: epoch ends only)")

@@ -43,7 +43,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import MixedPrecisionPolicy
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from common.ddp.data import build_loaders
 from common.ddp.launch import restart_hazard
+from common.ddp.optim import build_optimizer, build_scheduler
 from common.ddp.process_group import (
     DistInfo,
     all_reduce_sum,
@@ -53,7 +55,7 @@ from common.ddp.process_group import (
     wrap_model,
 )
 from common.ddp.run_log import RunLog, Timing, finish_run
-from common.ddp.train import batchnorm_to_groupnorm, build_loaders, build_optimizer, build_scheduler
+from common.ddp.train import batchnorm_to_groupnorm
 from common.device import seed_everything
 from common.fsdp.checkpoint import (
     CheckpointError,

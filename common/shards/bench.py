@@ -24,13 +24,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
-import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 
 from common.cli import option, parse_config, positive
-from common.fast.benchmark import QUICK_DATA, measure, summarize
+from common.fast.benchmark import QUICK_DATA, intra_op_threads, measure, summarize
 from common.fast.pipeline import BatchNormalize, NormalizedLoader
 from common.shards.dataset import ShardedImageDataset
 from common.shards.format import ensure_shards, read_manifest
@@ -169,12 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         data = ensure_data(verbose=False)
     pipelines = build_pipelines(config, data)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.threads)  # else the main process's spinning OpenMP threads
-    try:  # compete with its DataLoader workers for the cores, unevenly across pipelines
+    with intra_op_threads(config.threads):
         table = summarize(measure(config, pipelines, config.num_images), baseline=BASELINE)
-    finally:
-        torch.set_num_threads(threads)
     table.to_csv(config.out / "shards.csv", index=False, float_format="%.2f")
     found = ratios(table)
     (config.out / "shards.json").write_text(json.dumps(
