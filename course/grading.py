@@ -9,16 +9,14 @@ Threat model: a student may hand in any code, written to raise their own or anyo
 
 - *Who runs what.* The grader never runs student code. It starts a judge (``course.judge``)
   in a fresh working copy and feeds it the instructor's setup cells; the judge runs only
-  those. Each exercise then runs in a child forked from that clean state: the answer cell
-  (refused unless its top level is only imports, ``def``, ``class`` and constants, so nothing
-  of it runs before the checks call it), then the instructor's check cell, in plain Python
-  (no IPython: input and AST transformers do not exist). The names and library functions the
-  checks use are captured before the answer runs; rebinding them scores zero. The child
-  reports data only (JSON) through a pipe of its own, and the grader keeps only the fields it
-  knows. So an answer decides its own exercise at most: it can never raise another
-  exercise's or another student's score. Within its own exercise, an answer crafted against
-  the checker (forging its report, objects equal to everything) could still fake that one
-  pass; closing that needs checks that reach answers only through data.
+  those. For each exercise it forks a checker and an answer process (``course.checker``):
+  the answer process runs the answer cells (refused unless their top level is only imports,
+  ``def``, ``class`` and constants) in plain Python (no IPython: input and AST transformers do
+  not exist) and serves calls; the checker runs the check cell, in which the answer's names
+  are handles whose calls come back as data only (``course.remote``, ``course.channel``).
+  The checker reports JSON through a pipe of its own, and the grader keeps only the fields it
+  knows. So an answer earns its own exercise's points by the data it returns and nothing
+  else: it can never raise another exercise's or another student's score.
 - *The sandbox* (bubblewrap, where it works): the machine read-only, the repository hidden
   except ``common/`` and ``course/`` (no ``.git``, ``tests/``, exercise sources), the
   submissions and the report hidden, no network, its own PID namespace (everything ends with
@@ -210,7 +208,7 @@ def _score(exercise: Exercise, run: Run, refused: dict[str, str], missing: set[s
     if reply.get("fatal"):
         return 0.0, str(reply["fatal"])[:MAX_MESSAGE]
     if reply.get("tampered"):
-        return 0.0, ("tampered with the checker (rebound "
+        return 0.0, ("tampered with the checker or its files ("
                      + ", ".join(map(str, reply["tampered"])) + ")")[:MAX_MESSAGE]
     answer_error = reply.get("answer_error")
     check_error = reply.get("check_error")

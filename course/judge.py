@@ -1,235 +1,34 @@
-"""The checker that runs inside the sandbox: instructor code in a parent, each exercise in a throwaway child.
+"""The judge that runs inside the sandbox: instructor setup in one process, two more per exercise.
 
-``course.grading`` starts ``python -I -m course.judge`` (under bubblewrap where it works) and talks
-to it in JSON lines: it sends the instructor's setup cells one at a time, then per exercise the
-student's answer cell and the instructor's check cell, and reads one reply per request. The
-judge itself only ever runs instructor code. For each exercise it forks a child from that clean
-state; the child sets its resource limits, runs the answer cell (after the earlier exercises'
-answers, which later checks may use) and then the check cell, audits
-what the checks rely on and reports one JSON object through a pipe of its own. The child never
-sees the grader's channel, the next exercises' checks, or any other child, so whatever an
-answer does can only decide its own exercise's points. After each child the judge kills every
-process the child left behind (the judge is a child subreaper, so double-forked daemons come
-back to it) and removes the files it created.
-
-Threat model (see also ``course.grading`` and the README): the answer and its checks share one
-process, so an answer written against its own exercise's checks (patching the checker from
-inside a call, objects that compare equal to anything, forging the child's report) can at worst
-earn that one exercise's points; ``answer_problems`` (definitions only at the top level, no
-IPython), the captured references and the audit close the well-known tricks.
+``course.grading`` starts the judge (under bubblewrap where it works) and talks to it in JSON
+lines: setup cells one at a time, then per exercise the student's answer cell; the judge forks
+the exercise's checker and answer processes (``course.checker``), replies ``ready``, and only
+then is sent the check cell, which it passes to the checker. One reply per request. The judge
+itself only ever runs instructor code. Each exercise's processes start from the same clean
+state and never see the grader's channel or another exercise's processes, so whatever an answer
+does can only decide its own exercise's points; ``course.checker`` says why it cannot decide
+even those beyond what its data earns. After each exercise the judge kills every process left
+behind (it is a child subreaper, so double-forked daemons come back to it), removes the files
+that were created, and, if a file that existed before was changed by the answer, says so and
+stops: the grader starts a fresh judge for the rest.
 """
 
 from __future__ import annotations
 
-import ast
 import ctypes
-import errno
 import json
 import os
-import resource
+import select
 import signal
 import sys
 import time
 import traceback
 import types
 
-MAX_MESSAGE = 400
-#: Modules whose attributes the checks rely on: rebinding one of them is tampering.
-AUDITED_MODULES = ("builtins", "torch", "torch.nn", "torch.nn.functional", "numpy", "numpy.testing",
-                   "math", "pickle", "copy", "course.assignments", "course.judge")
-AUDITED_TYPES = ("torch.Tensor", "torch.nn.Module", "numpy.ndarray")
-#: Methods whose definition runs code of the class when another class (or a subscript) uses it.
-HOOK_METHODS = {"__init_subclass__", "__set_name__", "__mro_entries__", "__class_getitem__"}
+from course.answer_rules import answer_problems
+from course.checker import MAX_MESSAGE, _run, _settle_imports, checker_process
 
-
-def _pure(node: ast.AST, own: set[str]) -> str | None:
-    """Why an expression evaluated at definition time would run code, or None if it cannot."""
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Call | ast.Lambda | ast.NamedExpr | ast.Await | ast.Yield
-                      | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp):
-            return "calls code"
-        if isinstance(sub, ast.Subscript) and isinstance(_root(sub.value), ast.Name) \
-                and _root(sub.value).id in own:
-            return "subscripts a class of this cell"
-    return None
-
-
-def _root(node: ast.AST) -> ast.AST:
-    while isinstance(node, ast.Attribute | ast.Subscript):
-        node = node.value
-    return node
-
-
-def _constant(node: ast.AST) -> bool:
-    if isinstance(node, ast.Constant):
-        return True
-    if isinstance(node, ast.Tuple | ast.List | ast.Set):
-        return all(_constant(e) for e in node.elts)
-    if isinstance(node, ast.Dict):
-        return all(k is not None and _constant(k) for k in node.keys) and all(map(_constant, node.values))
-    if isinstance(node, ast.UnaryOp):
-        return _constant(node.operand)
-    if isinstance(node, ast.BinOp):
-        return _constant(node.left) and _constant(node.right)
-    return False
-
-
-def _statement_problem(node: ast.stmt, own: set[str], in_class: bool) -> str | None:
-    if isinstance(node, ast.Import | ast.ImportFrom | ast.Pass) and not in_class:
-        return None
-    if isinstance(node, ast.Pass) or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
-        return None
-    if isinstance(node, ast.Raise) and not in_class and isinstance(node.exc, ast.Call) \
-            and isinstance(node.exc.func, ast.Name) and node.exc.func.id == "NotImplementedError" \
-            and all(_constant(a) for a in node.exc.args):
-        return None  # the student version's placeholder
-    if isinstance(node, ast.Assign) and _constant(node.value) and all(
-            isinstance(t, ast.Name) or (isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts))
-            for t in node.targets):
-        return None
-    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
-            and (node.value is None or _constant(node.value)):
-        return _pure(node.annotation, own)
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        if in_class and node.name in HOOK_METHODS:
-            return f"defines {node.name}, which runs when the class is used"
-        args = node.args
-        parts = [*node.decorator_list, *args.defaults, *(d for d in args.kw_defaults if d is not None),
-                 *(a.annotation for a in (*args.posonlyargs, *args.args, *args.kwonlyargs,
-                                          args.vararg, args.kwarg) if a is not None and a.annotation),
-                 *([node.returns] if node.returns else [])]
-        return next((why for why in (_pure(p, own) for p in parts) if why), None)
-    if isinstance(node, ast.ClassDef):
-        if node.keywords or node.decorator_list:
-            return "uses class keywords or decorators"
-        why = next((w for w in (_pure(b, own) for b in node.bases) if w), None)
-        return why or next((w for w in (_statement_problem(s, own, True) for s in node.body) if w), None)
-    return "runs code at the top level"
-
-
-def answer_problems(source: str) -> str | None:
-    """Why an answer cell is refused, or None: only imports, def, class and constants may be at top level.
-
-    Decorators, defaults, annotations and class bodies must not call anything either, so
-    nothing a student wrote runs until the checks call it.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as error:
-        return f"SyntaxError: {error.msg} (line {error.lineno})"
-    own = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
-    for node in tree.body:
-        why = _statement_problem(node, own, False)
-        if why:
-            text = (ast.get_source_segment(source, node) or "").splitlines()[0][:80]
-            return (f"line {node.lineno} {why} (`{text}`): an answer cell may only hold imports, "
-                    "def, class and constant assignments")
-    return None
-
-
-def _describe(error: BaseException, limits: dict) -> str:
-    if isinstance(error, MemoryError):
-        return f"MemoryError: the memory limit ({limits['memory_mb']} MiB) was reached"
-    if isinstance(error, OSError) and error.errno == errno.EFBIG:
-        return f"OSError: the output/file size limit ({limits['file_mb']} MiB) was reached"
-    if isinstance(error, OSError) and error.errno == errno.EAGAIN:
-        return f"OSError: the process limit ({limits['processes']}) was reached"
-    if isinstance(error, OSError) and error.errno == errno.EMFILE:
-        return f"OSError: the open-file limit ({limits['open_files']}) was reached"
-    text = f"{type(error).__name__}: {error}".strip().rstrip(":")
-    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + " ..."
-
-
-def _run(code: str, namespace: dict, name: str, limits: dict) -> str | None:
-    try:
-        exec(compile(code, name, "exec"), namespace)  # noqa: S102 - running cells is the judge's job
-    except BaseException as error:  # noqa: BLE001 - every failure is a result, SystemExit included
-        return _describe(error, limits)
-    return None
-
-
-def _settle_imports() -> None:
-    """Import what rebinds audited names as a side effect of its own import, before the snapshot.
-
-    ``torch._dynamo`` wraps ``torch.manual_seed`` (and more) when first imported, which torch
-    does lazily, e.g. at a model's first optimizer step. Imported only then, inside a check,
-    an honest answer would look like tampering.
-    """
-    if "torch" in sys.modules:
-        import torch._dynamo  # noqa: F401
-
-
-def _snapshot(namespace: dict) -> dict:
-    """References to what the checks use, taken before any student code runs."""
-    _settle_imports()
-    modules = {name: dict(vars(sys.modules[name])) for name in AUDITED_MODULES if name in sys.modules}
-    classes = {}
-    for dotted in AUDITED_TYPES:
-        module, _, attr = dotted.rpartition(".")
-        if module in sys.modules:
-            classes[dotted] = dict(vars(getattr(sys.modules[module], attr)))
-    return {"names": dict(namespace), "modules": modules, "classes": classes}
-
-
-def _changed(before: dict, now: dict, what: str) -> list[str]:
-    return [f"{what}{k}" for k, v in before.items() if now.get(k, _changed) is not v]
-
-
-def _audit(saved: dict, namespace: dict) -> list[str]:
-    """What student code rebound among the setup's modules, functions and classes, and in libraries."""
-    tools = {k: v for k, v in saved["names"].items() if callable(v) or isinstance(v, types.ModuleType)}
-    found = _changed(tools, namespace, "")
-    for name, attrs in saved["modules"].items():
-        found += _changed(attrs, vars(sys.modules[name]), name + ".")
-    for dotted, attrs in saved["classes"].items():
-        module, _, attr = dotted.rpartition(".")
-        found += _changed(attrs, dict(vars(getattr(sys.modules[module], attr))), dotted + ".")
-    if sys.gettrace() is not None or sys.getprofile() is not None:
-        found.append("sys.settrace/setprofile")
-    return found[:20]
-
-
-def _set_limits(limits: dict) -> None:
-    with open("/proc/self/status") as status:
-        vm_kib = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
-    memory = vm_kib * 1024 + limits["memory_mb"] * 2**20
-    with os.scandir("/proc") as entries:
-        mine = sum(1 for e in entries if e.name.isdigit() and _uid_of(e.name) == os.getuid())
-    for kind, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, limits["cpu_seconds"]),
-                        (resource.RLIMIT_NPROC, mine + limits["processes"]),
-                        (resource.RLIMIT_NOFILE, limits["open_files"]),
-                        (resource.RLIMIT_FSIZE, limits["file_mb"] * 2**20)):
-        resource.setrlimit(kind, (value, value + 1 if kind == resource.RLIMIT_CPU else value))
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
-
-
-def _uid_of(pid: str) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            return next(int(line.split()[1]) for line in status if line.startswith("Uid:"))
-    except (OSError, StopIteration, ValueError):
-        return None
-
-
-def _child(request: dict, module: types.ModuleType, saved: dict, limits: dict, report: int) -> None:
-    """The exercise process: limits, answer, checks, audit, one report; never returns."""
-    try:
-        _set_limits(limits)
-        namespace = module.__dict__
-        for key, earlier in request.get("earlier", []):  # checks may use earlier exercises' answers
-            _run(earlier, namespace, f"<answer {key}>", limits)
-        answer_error = _run(request["answer"], namespace, f"<answer {request['key']}>", limits)
-        rebound = _changed(saved["names"], namespace, "")
-        check_error = None
-        if not rebound:
-            check_error = _run(request["check"], namespace, f"<checks {request['key']}>", limits)
-        result = {"answer_error": answer_error, "check_error": check_error,
-                  "tampered": rebound or _audit(saved, namespace)}
-        os.write(report, json.dumps(result).encode()[:20_000])
-    finally:
-        os._exit(0)
+__all__ = ["answer_problems", "kill_strays", "main", "MAX_MESSAGE"]
 
 
 def _children() -> list[int]:
@@ -278,23 +77,64 @@ def _remove_new(root: str, before: set[str]) -> None:
             pass
 
 
-def _exercise(request: dict, module: types.ModuleType, limits: dict, channels: tuple[int, ...]) -> dict:
-    saved = _snapshot(module.__dict__)
-    before = _files(os.getcwd())
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        for fd in (*channels, read):
-            os.close(fd)
-        _child(request, module, saved, limits, write)
-    os.close(write)
-    chunks, deadline = [], time.monotonic() + limits["cell_timeout"]
-    status, timed_out = None, False
-    os.set_blocking(read, False)
+def _stats(root: str) -> dict[str, tuple]:
+    """Regular files under ``root`` (but the output log) and what would show any change to them."""
+    found = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if os.path.isfile(path) and not os.path.islink(path) and name != "output.log":
+                found[os.path.realpath(path)] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return found
+
+
+def _changed_files(before: dict[str, tuple], written: list, root: str) -> list[str]:
+    """Files that existed before the exercise and changed, though the checker did not write them."""
+    now = _stats(root)
+    mine = [str(p) for p in written]
+    return [os.path.relpath(p, root) + " (changed)" for p, stat in before.items()
+            if now.get(p) != stat and not any(p == w or p.startswith(w + os.sep) for w in mine)][:20]
+
+
+def _await_ready(ready: int, pid: int, deadline: float) -> bool:
+    while time.monotonic() < deadline:
+        if select.select([ready], [], [], 0.05)[0]:
+            return os.read(ready, 1) == b"r"
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return False
+    return False
+
+
+def _pass_check(request: dict, ready: int, check: int, pid: int, io: tuple, deadline: float) -> bool:
+    """Once the checker is ready, reply ``ready`` and pass it the check cell the grader sends."""
+    requests, replies = io
+    if not _await_ready(ready, pid, deadline):
+        return False
+    replies.write(json.dumps({"op": "ready", "key": request["key"]}) + "\n")
+    message = json.loads(requests.readline() or "{}")
+    if message.get("op") != "check" or message.get("key") != request["key"]:
+        return False
+    data = str(message.get("check", "")).encode()
+    try:
+        while data:
+            data = data[os.write(check, data[:65536]):]
+    except BrokenPipeError:
+        pass
+    return True
+
+
+def _collect(report: int, pid: int, deadline: float) -> tuple[bytes, int, bool]:
+    """The checker's report, its exit status, and whether it ran out of time."""
+    chunks, status, timed_out = [], None, False
+    os.set_blocking(report, False)
     while status is None:
         try:
-            chunk = os.read(read, 65536)
-            if chunk and sum(map(len, chunks)) < 40_000:
+            chunk = os.read(report, 65536)
+            if chunk and sum(map(len, chunks)) < 80_000:
                 chunks.append(chunk)
         except BlockingIOError:
             pass
@@ -307,29 +147,56 @@ def _exercise(request: dict, module: types.ModuleType, limits: dict, channels: t
         else:
             time.sleep(0.01)
     try:
-        chunks.append(os.read(read, 65536))
+        chunks.append(os.read(report, 65536))
     except BlockingIOError:
         pass
-    os.close(read)
+    return b"".join(chunks), status, timed_out
+
+
+def _why(status: int, timed_out: bool, limits: dict) -> str:
+    if timed_out:
+        return f"timed out after {limits['cell_timeout']:g} s"
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+        return f"the CPU time limit ({limits['cpu_seconds']} s) was reached"
+    if os.WIFSIGNALED(status):
+        return f"the process was killed ({signal.Signals(os.WTERMSIG(status)).name})"
+    return f"the process ended without a result (exit status {os.waitstatus_to_exitcode(status)})"
+
+
+def _exercise(request: dict, module: types.ModuleType, limits: dict, io: tuple) -> dict:
+    _settle_imports()  # once here, not in every answer process
+    root = os.getcwd()
+    before, stats = _files(root), _stats(root)
+    (ready_r, ready_w), (check_r, check_w), (report_r, report_w) = os.pipe(), os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        for fd in (*(f.fileno() for f in io), ready_r, check_w, report_r):
+            os.close(fd)
+        checker_process(request, module, limits, (ready_w, check_r, report_w))
+    for fd in (ready_w, check_r, report_w):
+        os.close(fd)
+    deadline = time.monotonic() + limits["cell_timeout"]
+    if not _pass_check(request, ready_r, check_w, pid, io, deadline):
+        os.kill(pid, signal.SIGKILL)
+    os.close(check_w)
+    os.close(ready_r)
+    payload, status, timed_out = _collect(report_r, pid, deadline)
+    os.close(report_r)
     kill_strays()
     os.ftruncate(1, 0)  # the output log: nobody reads it, and the size limit is per file
     os.lseek(1, 0, os.SEEK_SET)
-    _remove_new(os.getcwd(), before)
     try:
-        result = json.loads(b"".join(chunks).decode())
-        result = {k: result.get(k) for k in ("answer_error", "check_error", "tampered")}
-        if not isinstance(result["tampered"], list):
-            result["tampered"] = []
+        got = json.loads(payload.decode())
+        result = {k: got.get(k) for k in ("answer_error", "check_error", "tampered")}
+        result["tampered"] = [str(t) for t in result["tampered"]] if isinstance(result["tampered"], list) else []
+        written = got.get("written") if isinstance(got.get("written"), list) else []
     except (ValueError, UnicodeDecodeError, AttributeError):
-        if timed_out:
-            why = f"timed out after {limits['cell_timeout']:g} s"
-        elif os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
-            why = f"the CPU time limit ({limits['cpu_seconds']} s) was reached"
-        elif os.WIFSIGNALED(status):
-            why = f"the process was killed ({signal.Signals(os.WTERMSIG(status)).name})"
-        else:
-            why = f"the process ended without a result (exit status {os.waitstatus_to_exitcode(status)})"
-        result = {"answer_error": None, "check_error": None, "tampered": [], "fatal": why}
+        result = {"answer_error": None, "check_error": None, "tampered": [], "fatal": _why(status, timed_out, limits)}
+        written = []
+    changed = _changed_files(stats, written, root)
+    _remove_new(root, before)
+    if changed:  # the setup's files are no longer what the next checks expect: a fresh judge
+        result = {**result, "tampered": [*result["tampered"], *changed], "restart": True}
     return {"op": "result", "key": request["key"], **result}
 
 
@@ -361,19 +228,20 @@ def main() -> int:
     sys.path[:0] = [limits["repo"]]
     module = types.ModuleType("__main__")
     sys.modules["__main__"] = module
-    channels = (replies.fileno(), requests.fileno())
     earlier: list[tuple[str, str]] = []
-    for line in requests:
+    while line := requests.readline():
         request = json.loads(line)
         if request["op"] == "setup":
             error = _run(request["code"], module.__dict__, f"<setup cell {request['index']}>", limits)
             reply = {"op": "setup", "index": request["index"], "error": error}
         elif request["op"] == "exercise":
-            reply = _exercise({**request, "earlier": list(earlier)}, module, limits, channels)
+            reply = _exercise({**request, "earlier": list(earlier)}, module, limits, (requests, replies))
             earlier.append((request["key"], request["answer"]))
         else:
             break
         replies.write(json.dumps(reply) + "\n")
+        if reply.get("restart"):
+            break
     kill_strays()
     return 0
 

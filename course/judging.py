@@ -65,6 +65,33 @@ def _readline(proc: subprocess.Popen, buffer: bytearray, deadline: float) -> dic
         return None
 
 
+def _send(proc: subprocess.Popen, message: dict) -> bool:
+    try:
+        proc.stdin.write((json.dumps(message) + "\n").encode())
+        proc.stdin.flush()
+    except BrokenPipeError:
+        return False
+    return True
+
+
+def _exchange(proc: subprocess.Popen, buffer: bytearray, request: dict, config: GradingConfig,
+              deadline: float) -> dict | None:
+    """One request and its reply. An exercise goes in two steps: the answer, then (once the
+    judge says ``ready``: the answer's process exists) the check cell, which that process never sees."""
+    if request["op"] != "exercise":
+        ok = _send(proc, request)
+        return _readline(proc, buffer, min(deadline, time.monotonic() + config.timeout)) if ok else None
+    wait = min(deadline, time.monotonic() + config.cell_timeout + 30)
+    if not _send(proc, {k: v for k, v in request.items() if k != "check"}):
+        return None
+    reply = _readline(proc, buffer, wait)
+    if reply is None or reply.get("op") != "ready" or reply.get("key") != request["key"]:
+        return reply
+    if not _send(proc, {"op": "check", "key": request["key"], "check": request["check"]}):
+        return None
+    return _readline(proc, buffer, wait)
+
+
 def _environment(workdir: Path, config: GradingConfig) -> dict[str, str]:
     """Only what the exercises need: no credentials of the instructor's reach the sandbox."""
     keep = {k: v for k, v in os.environ.items()
@@ -126,14 +153,7 @@ def _judge(requests: list[dict], tmp: Path, config: GradingConfig, sandbox: str,
         while left:
             request = left[0]
             key = request.get("key", "(setup)")
-            try:
-                proc.stdin.write((json.dumps(request) + "\n").encode())
-                proc.stdin.flush()
-            except BrokenPipeError:
-                reply = None
-            else:
-                wait = config.cell_timeout + 30 if request["op"] == "exercise" else config.timeout
-                reply = _readline(proc, buffer, min(deadline, time.monotonic() + wait))
+            reply = _exchange(proc, buffer, request, config, deadline)
             left.pop(0)
             changes = guard.changes() if guard else []
             if changes:
@@ -151,6 +171,8 @@ def _judge(requests: list[dict], tmp: Path, config: GradingConfig, sandbox: str,
                 run.setup_errors[request["index"]] = str(reply["error"])[:MAX_MESSAGE]
             elif reply.get("op") == "result" and reply.get("key") == key:
                 run.replies[key] = reply
+                if reply.get("restart"):  # the judge stopped: the setup's files had been changed
+                    return left
         return []
     finally:
         _stop(proc, uid)

@@ -292,6 +292,21 @@ def test_attacks_from_inside_calls_are_caught(graded):
 
 
 @pytest.mark.slow
+def test_forgeries_from_inside_calls_earn_nothing_and_the_hidden_checks_stay_out_of_reach(graded):
+    """Each of these earned its points (5 of 10) while an answer shared its process with its checks."""
+    for grader in (graded, graded["unsandboxed"]):
+        results = grader["results"]
+        assert [_row(results, "h7_forgers", k).points for k in ("ex1", "ex2", "ex3", "ex4", "ex5")] == [0] * 5
+        assert "ChannelError" in _row(results, "h7_forgers", "ex1").message, "a forged report is noise"
+        assert "the gradient is wrong" in _row(results, "h7_forgers", "ex2").message, \
+            "the checker's torch.allclose is its own"
+        hidden = _row(results, "h7_forgers", "ex3").message
+        assert "hidden checks: not found" in hidden and "hidden layers" not in hidden, hidden
+        assert "expected accuracy 0.0833, got 0.5000" in _row(results, "h7_forgers", "ex5").message, \
+            "the check's own variables are out of the answer's reach"
+
+
+@pytest.mark.slow
 def test_resource_limits_say_which_limit_was_hit(graded):
     for grader in (graded, graded["unsandboxed"]):
         results = grader["results"]
@@ -345,3 +360,17 @@ def test_only_answer_cells_come_from_the_submission():
     assert nb.cells[first.answer_cell].source == "def standardize(x):\n    return x"
     assert missing == {exercises[1].key}
     assert all(c.get("outputs", []) == [] for c in nb.cells if c.cell_type == "code")
+
+
+@pytest.mark.slow
+def test_the_instructor_solutions_score_full_marks_in_every_notebook(tmp_path):
+    """Every check of every exercise notebook works through the answer/checker channel."""
+    folder = tmp_path / "subs" / "instructor"
+    folder.mkdir(parents=True)
+    sources = sorted(exercises_dir().glob("ex*.ipynb"))
+    for source in sources:
+        shutil.copy(source, folder / source.name)
+    config = GradingConfig(tmp_path / "subs", tmp_path / "out", repo=REPO, cell_timeout=60)
+    results, _ = grade(config)
+    assert len({r.exercise.split("/")[0] for r in results}) == len(sources) == 6
+    assert [r for r in results if r.points != r.max_points] == []

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
 
 from course.assignments import exercises_of, instructor_sources, student_version
+from course.grading import GradingConfig
 from course.judge import answer_problems
-from course.judging import JUDGE
+from course.judging import JUDGE, _exchange, run_notebook
 from tests.fixtures.submissions.make_submissions import solution_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,13 +54,22 @@ def test_definitions_constants_and_the_placeholder_are_accepted():
 
 
 def _judge(tmp_path, requests, **limits):
+    """Speak the grader's side of the protocol (``course.judging._exchange``) to one judge."""
     limits = {"repo": str(REPO), "uid": None, "cell_timeout": 5, "memory_mb": 256, "cpu_seconds": 10,
               "processes": 16, "open_files": 64, "file_mb": 1, **limits}
-    lines = "".join(json.dumps(r) + "\n" for r in requests)
-    done = subprocess.run([*JUDGE, json.dumps(limits)], input=lines, capture_output=True, text=True,
-                          cwd=tmp_path, timeout=60, check=False, env={"PYTHONPATH": str(REPO)})
-    replies = [json.loads(line) for line in done.stdout.splitlines()]
-    return {r.get("key", r.get("index")): r for r in replies}, done
+    config = SimpleNamespace(timeout=60, cell_timeout=limits["cell_timeout"])
+    with open(tmp_path / "judge.err", "w+") as errors:
+        proc = subprocess.Popen([*JUDGE, json.dumps(limits)], cwd=tmp_path, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=errors, env={"PYTHONPATH": str(REPO)})
+        replies, buffer = {}, bytearray()
+        for request in requests:
+            reply = _exchange(proc, buffer, request, config, time.monotonic() + 60)
+            if reply is not None:
+                replies[reply.get("key", reply.get("index"))] = reply
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        errors.seek(0)
+        return replies, SimpleNamespace(stderr=errors.read())
 
 
 def _exercise(key, answer, check="assert f() == 1"):
@@ -80,11 +92,47 @@ def test_each_exercise_runs_alone_and_rebinding_what_the_checks_use_scores_zero(
         _exercise("output", "def f():\n    print('x' * 2**21)\n    return 1"),
     ])
     assert replies[0]["error"] is None, done.stderr
-    assert replies["rebind"]["check_error"] is None and replies["rebind"]["tampered"], replies["rebind"]
+    assert replies["rebind"]["check_error"] and "same" in replies["rebind"]["tampered"], \
+        "the checker kept its own `same`; the answer's process reports what it rebound"
     assert "math.isclose" in replies["module"]["tampered"]
     assert replies["after"]["check_error"] is None and not replies["after"]["tampered"], \
         "what one exercise changed is gone for the next"
-    assert "without a result" in replies["exits"]["fatal"]
+    assert "the answer's process ended" in replies["exits"]["check_error"], replies["exits"]
     assert "timed out" in replies["loops"]["fatal"]
     assert "memory limit" in replies["memory"]["check_error"]
     assert "size limit" in replies["output"]["check_error"]
+
+
+def test_an_answer_that_changes_the_setups_files_is_caught_and_the_judge_starts_afresh(tmp_path):
+    setup = {"op": "setup", "index": 0, "code": "from pathlib import Path\nPath('data').mkdir()\n"
+             "Path('data/x.txt').write_text('42')\ndef reference():\n    return Path('data/x.txt').read_text()"}
+    replies, _ = _judge(tmp_path, [
+        setup,
+        _exercise("own", "def f():\n    return '1'",
+                  "Path('data/x.txt').write_text('1')\nassert f() == reference()"),
+        _exercise("forge", "def f():\n    from pathlib import Path\n    Path('data/x.txt').write_text('7')\n"
+                  "    return '7'", "assert f() == reference()"),
+        _exercise("next", "def f():\n    return 1"),
+    ])
+    assert replies["own"]["check_error"] is None and not replies["own"]["tampered"], \
+        "the checker may rewrite the setup's files itself"
+    assert replies["forge"]["check_error"] is None, "the forgery worked on the check..."
+    assert replies["forge"]["tampered"] == ["data/x.txt (changed)"] and replies["forge"]["restart"], \
+        "...and is caught: the file the reference reads was changed by the answer"
+    assert "next" not in replies, "this judge stops: the grader starts a fresh one for the rest"
+
+
+def test_after_a_changed_file_a_fresh_judge_grades_the_rest(tmp_path):
+    setup = {"op": "setup", "index": 0, "code": "from pathlib import Path\nPath('files').mkdir()\n"
+             "Path('files/x.txt').write_text('42')"}
+    config = GradingConfig(tmp_path / "subs", tmp_path / "out", repo=REPO, sandbox="none", cell_timeout=10)
+    run = run_notebook([
+        setup,
+        _exercise("forge", "def f():\n    from pathlib import Path\n    Path('files/x.txt').write_text('7')\n"
+                  "    return 1"),
+        _exercise("next", "def f():\n    from pathlib import Path\n    return int(Path('files/x.txt').read_text())",
+                  "assert f() == 42"),
+    ], "student", config, "none", None)
+    assert run.replies["forge"]["tampered"] == ["files/x.txt (changed)"]
+    assert run.replies["next"]["check_error"] is None and not run.replies["next"]["tampered"], \
+        "the next exercise sees the setup's file as the setup made it"
