@@ -140,7 +140,8 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 def _path(value: object) -> str | None:
     if isinstance(value, str | bytes | os.PathLike):
         try:
-            return os.path.realpath(os.fsdecode(value))
+            return os.path.abspath(os.fsdecode(value))  # not resolved: a write through a link the
+            # answer planted lands on the link's target, which then shows as changed
         except (TypeError, ValueError):
             return None
     return None
@@ -218,7 +219,7 @@ def _check(request: dict, namespace: dict, answer: Answer, check: str, limits: d
         return {"check_error": _describe(error, limits) + _ended(pid, limits), "tampered": []}
     if check_error and check_error.startswith("ChannelError"):
         check_error += _ended(pid, limits)
-    tampered = [str(t)[:200] for t in tampered] if type(tampered) is list else ["(a malformed audit)"]
+    tampered = [str(t)[:200] for t in tampered][:20] if type(tampered) is list else ["(a malformed audit)"]
     return {"check_error": check_error, "tampered": tampered}
 
 
@@ -254,7 +255,7 @@ def checker_process(request: dict, module: types.ModuleType, limits: dict, pipes
             result = {"check_error": hello_error or "no check cell was received", "tampered": []}
         else:
             result = _check(request, module.__dict__, answer, check, limits, pid)
-        root = os.path.realpath(os.getcwd()) + os.sep
+        root = os.getcwd() + os.sep
         mine = sorted(p for p in written if p.startswith(root))[:300]
         result = {"answer_error": answer_error, **result, "written": mine}
         os.write(report, json.dumps(result).encode()[:60_000])

@@ -88,7 +88,7 @@ def _stats(root: str) -> dict[str, tuple]:
             except OSError:
                 continue
             if os.path.isfile(path) and not os.path.islink(path) and name != "output.log":
-                found[os.path.realpath(path)] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                found[path] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     return found
 
 

@@ -81,13 +81,15 @@ def becomes_peer(value: object) -> bool:
     kind = type(value)
     if kind is Remote:
         return False
+    if isinstance(value, types.MethodType):
+        return becomes_peer(value.__self__)
     if isinstance(value, types.FunctionType):
         return value.__module__ == "__main__" or "<" in value.__qualname__
     if isinstance(value, type):
-        return value.__module__ == "__main__"
+        return value.__module__ == "__main__" or "<locals>" in value.__qualname__
     if isinstance(value, types.GeneratorType) or hasattr(kind, "__next__"):
         return True
-    return kind.__module__ == "__main__"
+    return kind.__module__ == "__main__" or "<locals>" in kind.__qualname__
 
 
 def _claimed(classes: tuple) -> type:
@@ -300,6 +302,8 @@ class Answer:
             if op == "getattr" and (type(args[0]) is not str or args[0].startswith("_")):
                 raise AttributeError(f"the checker's objects show public attributes only, not {args[0]!r}")
             value, ok = perform(op, obj, args), True
+            if op == "getattr" and becomes_peer(value) and getattr(value, "__self__", None) is not obj:
+                raise AttributeError(f"{args[0]!r} is not data or a method of this object")
         except ChannelError:
             raise
         except Exception as error:  # noqa: BLE001 - goes back to the answer as its exception

@@ -120,6 +120,10 @@ def drive(step, batches):
     return [step(b) for b in batches]
 
 
+def attribute(obj, name):
+    return getattr(obj, name)
+
+
 def fails(kind):
     class Mine(KeyError):
         pass
@@ -141,7 +145,7 @@ def answer():
             os._exit(0)
     theirs.close()
     answer = Answer(ours)
-    yield answer, answer.request("names", 0, (["anything", "no_trace", "draws", "drive", "fails"],))
+    yield answer, answer.request("names", 0, (["anything", "no_trace", "draws", "drive", "fails", "attribute"],))
     ours.close()
     os.waitpid(pid, 0)
 
@@ -190,6 +194,27 @@ def test_the_checkers_functions_and_generators_are_called_back(answer):
         return batch * 10
 
     assert names["drive"](step, (i for i in range(3))) == [0, 10, 20] and seen == [0, 1, 2]
+
+
+def test_the_checkers_objects_show_their_methods_and_data_only(answer):
+    _, names = answer
+
+    class Clock:
+        def __init__(self):
+            self.now = 2.0
+
+        def tick(self, by):
+            self.now += by
+            return self.now
+
+    clock = Clock()
+    assert names["drive"](clock.tick, [1.0, 0.5]) == [3.0, 3.5] and clock.now == 3.5
+    generator = (i for i in range(2))
+    with pytest.raises((AttributeError, RuntimeError), match="frame"):  # frames do not travel
+        names["attribute"](generator, "gi_frame")
+    with pytest.raises(AttributeError):
+        names["attribute"](clock.tick, "__globals__")
+    assert names["attribute"](clock, "now") == 3.5
 
 
 def test_exceptions_arrive_as_the_checkers_own_classes(answer):

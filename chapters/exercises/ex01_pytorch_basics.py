@@ -17,6 +17,9 @@
 # "not yet done" until you have answered, and fails with a message when something is wrong.
 # When your work is graded, each check cell runs again together with hidden checks, and only the
 # answer cells of your notebook are used: keep all of an exercise's code in its answer cell.
+# Your answers then run in a process of their own, and the checks see only what your functions
+# return and what they do to their arguments: return plain values (numbers, strings, tensors,
+# arrays, lists of them), not objects of a class of your own that stand in for them.
 #
 # The first cell imports what the exercises use, seeds the random generators (so that the checks
 # see the same numbers every run) and picks the device.
