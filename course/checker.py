@@ -26,6 +26,7 @@ Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import json
 import os
@@ -174,9 +175,11 @@ def answer_process(request: dict, module: types.ModuleType, limits: dict, sock: 
     """Run the answers (the earlier exercises' too: later checks may use them), then serve; never returns."""
     try:
         namespace = module.__dict__
-        saved = _snapshot(namespace)
         for key, earlier in request.get("earlier", []):
             _run(earlier, namespace, f"<answer {key}>", limits)
+        saved = _snapshot(namespace)  # after the earlier answers: what they define is theirs to answer for
+        for name in defined_names(request["answer"]):  # this answer may define those names anew
+            saved["names"].pop(name, None)
         answer_error = _run(request["answer"], namespace, f"<answer {request['key']}>", limits)
         server = Server(sock, namespace,
                         lambda: _changed(saved["names"], namespace, "") + _audit(saved, namespace))
@@ -202,9 +205,9 @@ def _ended(pid: int, limits: dict) -> str:
 
 
 def _check(request: dict, namespace: dict, answer: Answer, check: str, limits: dict, pid: int) -> dict:
-    setup = set(namespace)
+    setup = set(namespace) | set(dir(builtins))
     rebound = [n for n in defined_names(request["answer"]) if n in setup]
-    if rebound:  # e.g. `def checks(...)`: the checks would call the student's version
+    if rebound:  # e.g. `def checks(...)` or `def abs(...)`: the checks would call the student's version
         return {"check_error": None, "tampered": rebound}
     wanted = [n for _, code in (*request.get("earlier", []), (None, request["answer"]))
               for n in defined_names(code) if n not in setup]

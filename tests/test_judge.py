@@ -136,3 +136,15 @@ def test_after_a_changed_file_a_fresh_judge_grades_the_rest(tmp_path):
     assert run.replies["forge"]["tampered"] == ["files/x.txt (changed)"]
     assert run.replies["next"]["check_error"] is None and not run.replies["next"]["tampered"], \
         "the next exercise sees the setup's file as the setup made it"
+
+
+def test_an_answer_may_not_define_what_the_checks_call_by_name(tmp_path):
+    setup = {"op": "setup", "index": 0, "code": "def same(a, b):\n    return a == b"}
+    replies, _ = _judge(tmp_path, [
+        setup,
+        _exercise("builtin", "def abs(x):\n    return 0\n\ndef f():\n    return 5", "assert abs(f() - 1) < 1e-6"),
+        _exercise("setup", "def same(a, b):\n    return True\n\ndef f():\n    return 5", "assert same(f(), 1)"),
+        _exercise("honest", "def f():\n    return 1", "assert abs(f() - 1) < 1e-6 and same(f(), 1)"),
+    ])
+    assert replies["builtin"]["tampered"] == ["abs"] and replies["setup"]["tampered"] == ["same"]
+    assert replies["honest"]["check_error"] is None and not replies["honest"]["tampered"]
