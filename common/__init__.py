@@ -11,7 +11,7 @@ matplotlib it never uses. ``from common import SmallCNN`` imports ``common.model
 
 from __future__ import annotations
 
-import importlib
+from common.lazy import lazy_names
 
 #: Where each name of ``from common import ...`` lives.
 _WHERE = {
@@ -60,14 +60,4 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'common' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, globals())

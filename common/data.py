@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
-from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 
 from common.annotations import (
     BadSampleError,
@@ -279,6 +278,10 @@ class CustomDataset(Dataset):
 
         Introduced in chapters/02_3_custom_datasets.ipynb.
         """
+        # imported here: torchvision costs ~1.5 s per process (torch._dynamo, via torchvision.ops),
+        # and the DDP workers and the graders' answer processes that import this module never list folders
+        from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+
         classes, class_to_idx = find_classes(os.fspath(root))
         samples = make_dataset(os.fspath(root), class_to_idx, extensions=IMG_EXTENSIONS)
         return cls([path for path, _ in samples], transform, classes=classes, root=root)

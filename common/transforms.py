@@ -11,9 +11,7 @@ import torch
 from torchvision import transforms
 from torchvision.transforms import v2
 
-#: The ImageNet statistics the guide's ``Normalize`` uses (§2.2.2).
-IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
-IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
+from common.imagenet import IMAGENET_MEAN, IMAGENET_STD  # the guide's Normalize statistics (§2.2.2)
 
 
 class _Preset:

@@ -24,7 +24,6 @@ from common.fast.cache import CacheConfig, CachedImageDataset, ensure_cache
 from common.fast.pipeline import BatchNormalize
 from common.loaders import seed_worker
 from common.synthetic import ShapesData
-from common.transforms import V2EvalPreset, V2TrainPreset
 
 PIPELINES = ("decode", "cache")
 
@@ -128,6 +127,8 @@ def _datasets(config: RunSettings, data: ShapesData) -> tuple[Dataset, Dataset, 
                 cached_split(data, "val", size, config.subset // 2), NormalizeCollate())
     if pipeline != "decode":
         raise ValueError(f"--data-pipeline must be one of {PIPELINES}, got {pipeline!r}")
+    from common.transforms import V2EvalPreset, V2TrainPreset  # torchvision: the decode path only
+
     train_tf = (V2TrainPreset(crop_size=size) if config.augment
                 else V2EvalPreset(resize_size=size, crop_size=size))
 

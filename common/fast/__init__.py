@@ -7,59 +7,38 @@ cache pays off) and ``benchmark`` (``python -m common.fast.benchmark``; not impo
 entry point). Imports go one way: ``common.fast`` uses the core of ``common``, never the reverse.
 """
 
-from common.fast.cache import (
-    CacheConfig,
-    CachedImageDataset,
-    CacheError,
-    ImageCache,
-    build_cache,
-    ensure_cache,
-    open_cache,
-    verify_cache,
-)
-from common.fast.memory import (
-    ArrayIndexDataset,
-    ListIndexDataset,
-    make_index,
-    process_memory,
-    worker_memory_over_epoch,
-)
-from common.fast.pipeline import (
-    BatchNormalize,
-    BatchRandomFlip,
-    CacheLoader,
-    DraftPilDecoder,
-    NormalizedLoader,
-    TorchvisionDecoder,
-    Uint8EvalDataset,
-    make_decoder,
-    make_fast_loader,
-)
-from common.fast.profiling import DataWaitMeter, time_stages
+from __future__ import annotations
 
-__all__ = [
-    "ArrayIndexDataset",
-    "BatchNormalize",
-    "BatchRandomFlip",
-    "CacheConfig",
-    "CacheLoader",
-    "CacheError",
-    "CachedImageDataset",
-    "DataWaitMeter",
-    "DraftPilDecoder",
-    "ImageCache",
-    "ListIndexDataset",
-    "NormalizedLoader",
-    "TorchvisionDecoder",
-    "Uint8EvalDataset",
-    "build_cache",
-    "ensure_cache",
-    "make_decoder",
-    "make_fast_loader",
-    "make_index",
-    "open_cache",
-    "process_memory",
-    "time_stages",
-    "verify_cache",
-    "worker_memory_over_epoch",
-]
+from common.lazy import lazy_names
+
+#: Where each name lives: imported on first use (PEP 562), so that a DDP worker that needs the
+#: cache does not import torchvision for the decoders and profiling it never uses.
+_WHERE = {
+    "ArrayIndexDataset": "common.fast.memory",
+    "BatchNormalize": "common.fast.pipeline",
+    "BatchRandomFlip": "common.fast.pipeline",
+    "CacheConfig": "common.fast.cache",
+    "CacheError": "common.fast.cache",
+    "CacheLoader": "common.fast.pipeline",
+    "CachedImageDataset": "common.fast.cache",
+    "DataWaitMeter": "common.fast.profiling",
+    "DraftPilDecoder": "common.fast.pipeline",
+    "ImageCache": "common.fast.cache",
+    "ListIndexDataset": "common.fast.memory",
+    "NormalizedLoader": "common.fast.pipeline",
+    "TorchvisionDecoder": "common.fast.pipeline",
+    "Uint8EvalDataset": "common.fast.pipeline",
+    "build_cache": "common.fast.cache",
+    "ensure_cache": "common.fast.cache",
+    "make_decoder": "common.fast.pipeline",
+    "make_fast_loader": "common.fast.pipeline",
+    "make_index": "common.fast.memory",
+    "open_cache": "common.fast.cache",
+    "process_memory": "common.fast.memory",
+    "time_stages": "common.fast.profiling",
+    "verify_cache": "common.fast.cache",
+    "worker_memory_over_epoch": "common.fast.memory",
+}
+
+__all__ = sorted(_WHERE)
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, globals())

@@ -28,11 +28,9 @@ import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
-from torchvision.io import ImageReadMode, decode_image, decode_jpeg, read_file
-from torchvision.transforms import v2
 
 from common.data import CustomImageDataset, decode_errors, describe_image, open_image
-from common.transforms import IMAGENET_MEAN, IMAGENET_STD
+from common.imagenet import IMAGENET_MEAN, IMAGENET_STD
 
 DECODERS = ("pil_draft", "torchvision")
 #: The start of torchvision 0.29's DeprecationWarning for its image decoders (see decode_tensor).
@@ -48,6 +46,8 @@ def decode_tensor(data: torch.Tensor, *, jpeg: bool = False) -> torch.Tensor:
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
+    from torchvision.io import ImageReadMode, decode_image, decode_jpeg  # ~1.5 s: only where used
+
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_TV_DEPRECATION, category=DeprecationWarning)
         if jpeg:
@@ -119,12 +119,16 @@ class TorchvisionDecoder:
     """
 
     def __init__(self, *, resize_size: int = 256, crop_size: int = 224) -> None:
+        from torchvision.transforms import v2  # ~1.5 s (torch._dynamo): only where used
+
         self.resize_size = resize_size
         self.crop_size = crop_size
         self.geometry = v2.Compose([v2.Resize(resize_size, antialias=True),
                                     v2.CenterCrop(crop_size)])
 
     def __call__(self, path: str | os.PathLike, *, where: str = "") -> torch.Tensor:
+        from torchvision.io import read_file
+
         with decode_errors(describe_image(path, where)):
             with warnings.catch_warnings():  # read_file carries the same deprecation warning
                 warnings.filterwarnings("ignore", message=_TV_DEPRECATION,
