@@ -16,6 +16,7 @@ Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
 from __future__ import annotations
 
 import io
+import math
 import pathlib
 import pickle
 import socket
@@ -271,6 +272,8 @@ def decode(tree: object, handle, peer, depth: int = 0) -> object:  # noqa: ANN00
     if tree is None or type(tree) in (bool, int, float, str, bytes):
         return tree
     try:
+        if type(tree) is not tuple:  # a tagged node is a tuple; a list is only ever a payload
+            raise ChannelError("the answer's process sent a malformed value")
         tag, *rest = tree
         return _DECODERS[tag](rest, handle, peer, depth)
     except ChannelError:
@@ -303,8 +306,10 @@ def _decode_tensor(rest, handle, peer, depth):  # noqa: ANN001, ANN202
     if not isinstance(dtype, torch.dtype) or type(raw) is not bytes:
         raise ChannelError("a malformed tensor")
     shape = tuple(int(s) for s in shape)
+    if len(raw) != math.prod(shape) * dtype.itemsize:  # never memory the checker did not fill
+        raise ChannelError("a tensor whose bytes do not match its shape")
     if not raw:
-        value = torch.empty(shape, dtype=dtype)
+        value = torch.zeros(shape, dtype=dtype)
     else:
         value = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
     if device == "cuda" and torch.cuda.is_available():
@@ -319,7 +324,10 @@ def _decode_array(rest, handle, peer, depth):  # noqa: ANN001, ANN202
     dtype = np.dtype(str(dtype))
     if dtype.hasobject or type(raw) is not bytes:
         raise ChannelError("a malformed array")
-    array = np.frombuffer(raw, dtype=dtype).reshape(tuple(int(s) for s in shape)).copy()
+    shape = tuple(int(s) for s in shape)
+    if len(raw) != math.prod(shape) * dtype.itemsize:
+        raise ChannelError("an array whose bytes do not match its shape")
+    array = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
     array.flags.writeable = bool(writeable)
     return array
 
@@ -328,7 +336,7 @@ def _decode_scalar(rest, handle, peer, depth):  # noqa: ANN001, ANN202
     import numpy as np
 
     dtype = np.dtype(str(rest[0]))
-    if dtype.hasobject:
+    if dtype.hasobject or type(rest[1]) is not bytes or len(rest[1]) != dtype.itemsize:
         raise ChannelError("a malformed scalar")
     return np.frombuffer(rest[1], dtype=dtype)[0]
 

@@ -211,10 +211,25 @@ def _become(uid: int) -> None:
     os.setresuid(uid, uid, uid)
 
 
+def _drop_capabilities() -> None:
+    """Stay uid 0 but hold no capability: no ptrace of the (undumpable) checker, no reading of its
+    descriptors through ``/proc``, no signals to other users. For root judges with no uid of
+    their own (no bubblewrap, and an interpreter others cannot read)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in range(64):  # the bounding set (past the last capability this fails: fine)
+        libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:
+        raise OSError(ctypes.get_errno(), "capset: cannot drop the judge's capabilities")
+
+
 def main() -> int:
     limits = json.loads(sys.argv[1])
     if limits.get("uid") is not None and os.getuid() == 0:
         _become(limits["uid"])
+    elif os.getuid() == 0:
+        _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS first: an exec cannot give the capabilities back
+        _drop_capabilities()
     _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans of the exercises come back to the judge
     _prctl(4, 0)  # PR_SET_DUMPABLE 0: an exercise cannot ptrace the judge or read its memory
     _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS

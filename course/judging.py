@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -107,8 +108,12 @@ def _closed_ancestor(path: Path) -> Path | None:
     return next((p for p in reversed(path.parents) if not p.stat().st_mode & 0o001), None)
 
 
-def _prefix(workdir: Path, config: GradingConfig, sandbox: str) -> list[str]:
+def _prefix(workdir: Path, config: GradingConfig, sandbox: str, uid: int | None) -> list[str]:
     if sandbox != "bwrap":
+        # Root with no uid to drop to: a PID namespace of its own, so that every process an answer
+        # starts (double-forked daemons too) dies with the judge (the judge also drops its capabilities)
+        if os.geteuid() == 0 and uid is None and shutil.which("unshare"):
+            return ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
         return []
     repo = config.repo.resolve()
     pythons = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
@@ -144,7 +149,7 @@ def _judge(requests: list[dict], tmp: Path, config: GradingConfig, sandbox: str,
               "processes": config.processes, "open_files": config.open_files, "file_mb": config.file_mb}
     deadline = time.monotonic() + config.timeout
     with open(tmp / "judge.err", "wb") as errors:
-        proc = subprocess.Popen([*_prefix(workdir, config, sandbox), *JUDGE, json.dumps(limits)],
+        proc = subprocess.Popen([*_prefix(workdir, config, sandbox, uid), *JUDGE, json.dumps(limits)],
                                 cwd=workdir, env=_environment(workdir, config), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=errors, start_new_session=True)
     buffer = bytearray()

@@ -12,8 +12,11 @@ process gets as :class:`Peer` objects and calls back through the same socket.
 What a call does to its arguments comes back with its reply: the state of every tensor,
 model, optimizer, generator and array it was given, applied to the checker's originals, so
 that ``w.grad is None`` or ``model.training`` in a check see what the answer did. The global
-random generators (torch, NumPy, ``random``) travel with every message in both directions, so
-``torch.manual_seed`` in a check seeds the answer's draws.
+random generators (torch, NumPy, ``random``) travel one way: every request carries the
+checker's state, so ``torch.manual_seed`` in a check seeds the answer's draws; what the answer
+draws (or seeds) stays in its process, so no answer can choose the inputs the checks draw after
+it. (Two calls with no seed or draw of the checker's in between therefore start from the same
+state: a check that wants different draws seeds between them.)
 
 A handle supports calls, attributes, ``[]``, ``len``, iteration, ``in``, ``repr``, copies and
 ``isinstance`` against classes the checker has imported; it does not compare, add or convert
@@ -62,7 +65,9 @@ def _rng_state() -> tuple:
     return tuple(state)
 
 
-def _set_rng_state(state: tuple) -> None:
+def _set_rng_state(state: tuple | None) -> None:
+    if state is None:
+        return
     try:
         random.setstate(state[0])
         if len(state) > 1 and "numpy" in sys.modules:
@@ -230,6 +235,14 @@ class Answer:
         self.sock, self.remotes, self.peers, self.peer_ids = sock, {}, {}, {}
         _CURRENT.append(self)
 
+    def _rng(self) -> tuple:
+        """The checker's random state, sent with every request: each call starts from it.
+
+        One way only: the answer's draws (or seeds) stay in its process and never move the
+        checker's generators, so no answer can choose the inputs the checks draw after it.
+        """
+        return _rng_state()
+
     def peer_id(self, obj: object) -> int:
         if id(obj) not in self.peer_ids:
             self.peer_ids[id(obj)] = len(self.peers) + 1
@@ -264,7 +277,7 @@ class Answer:
     def request(self, op: str, target: int, args: tuple) -> object:
         """Ask the answer process; serve its calls back meanwhile; apply what it did to ``args``."""
         mine = leaves(args, _skip_on_checker)
-        self._send(("req", op, target, args, _rng_state()))
+        self._send(("req", op, target, args, self._rng()))
         while True:
             message = loads_plain(receive(self.sock))
             if type(message) is not tuple or not message or message[0] not in ("ret", "req"):
@@ -274,8 +287,7 @@ class Answer:
                 continue
             if len(message) != 5 or not _is_plain(message[3]):
                 raise ChannelError("the answer's process sent a malformed reply")
-            _, ok, value, states, rng = message
-            _set_rng_state(tuple(self._decode(rng)))
+            _, ok, value, states, _ = message  # the answer's random state is its own
             states = self._decode(states)
             if type(states) is not list or len(states) != len(mine):
                 raise ChannelError("the answer's process sent the state of other arguments")
@@ -292,9 +304,8 @@ class Answer:
         """A call back from the answer process to one of the checker's own objects."""
         if len(message) != 5 or message[1] not in PEER_OPS or type(message[2]) is not int:
             raise ChannelError("the answer's process sent a malformed call")
-        _, op, target, args, rng = message
+        _, op, target, args, _ = message
         obj = self._peer(PeerRef(target))
-        _set_rng_state(tuple(self._decode(rng)))
         args = self._decode(args)
         try:
             if type(args) is not tuple:
@@ -309,9 +320,9 @@ class Answer:
         except Exception as error:  # noqa: BLE001 - goes back to the answer as its exception
             value, ok = error, False
         try:
-            self._send(("ret", ok, value, _rng_state()))
+            self._send(("ret", ok, value, self._rng()))
         except Exception as error:  # noqa: BLE001 - e.g. an exception that does not pickle
-            self._send(("ret", False, RuntimeError(f"{type(error).__name__}: {error}"), _rng_state()))
+            self._send(("ret", False, RuntimeError(f"{type(error).__name__}: {error}"), self._rng()))
 
 
 def perform(op: str, obj: object, args: tuple) -> object:  # noqa: C901, PLR0911

@@ -80,6 +80,8 @@ def test_values_of_the_students_own_classes_arrive_plain_and_other_objects_as_ha
 
 
 @pytest.mark.parametrize("tree", [("T", "float32", (2,), b"abc", False, "cpu"), ("Q",), ("t", "manual_seed"),
+                                  ("T", "float32", (4096,), b"", False, "cpu"), ["H", 1, []],
+                                  ("A", "<f8", (64,), b"", True), ("a", "<i8", b"\0"),
                                   ("A", "|O", (1,), b"\0" * 8, True), ("L", "not a list"), ("H", "x", [])])
 def test_malformed_values_are_refused(tree):
     with pytest.raises(ChannelError):
@@ -116,6 +118,10 @@ def draws():
     return torch.rand(2)
 
 
+def reseed():
+    torch.manual_seed(0)
+
+
 def drive(step, batches):
     return [step(b) for b in batches]
 
@@ -145,7 +151,7 @@ def answer():
             os._exit(0)
     theirs.close()
     answer = Answer(ours)
-    yield answer, answer.request("names", 0, (["anything", "no_trace", "draws", "drive", "fails", "attribute"],))
+    yield answer, answer.request("names", 0, (["anything", "no_trace", "draws", "drive", "fails", "attribute", "reseed"],))
     ours.close()
     os.waitpid(pid, 0)
 
@@ -176,13 +182,20 @@ def test_what_a_call_does_to_its_arguments_comes_back(answer):
     assert not torch.equal(generator.get_state(), torch.Generator().manual_seed(0).get_state())
 
 
-def test_the_random_generators_travel_with_the_calls(answer):
+def test_the_checkers_seed_reaches_the_answer_and_nothing_comes_back(answer):
     _, names = answer
     torch.manual_seed(7)
-    remote = names["draws"]()
-    after_remote = torch.rand(1)
+    drawn = names["draws"]()
     torch.manual_seed(7)
-    assert torch.equal(remote, torch.rand(2)) and torch.equal(after_remote, torch.rand(1))
+    assert torch.equal(drawn, torch.rand(2)), "a check's seed seeds the answer's draws"
+    torch.manual_seed(3)
+    names["draws"]()
+    names["reseed"]()  # the answer sets its generator: the checker's is its own
+    after = torch.rand(1)
+    torch.manual_seed(3)
+    assert torch.equal(after, torch.rand(1)), "the answer cannot choose the checks' next inputs"
+    torch.manual_seed(1)
+    assert torch.equal(names["draws"](), names["draws"]()), "each call starts from the checker's state"
 
 
 def test_the_checkers_functions_and_generators_are_called_back(answer):

@@ -86,16 +86,18 @@ def grad_of_mse(w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tens
 # %% nbgrader={"grade": true, "grade_id": "ex2-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 with checks("Exercise 2"):
     x, w, y = torch.randn(20, 3), torch.randn(3), torch.randn(20)
+    by_hand = 2 / len(x) * x.T @ (x @ w - y)  # before the call: from the inputs as given
     grad = grad_of_mse(w, x, y)
-    by_hand = 2 / len(x) * x.T @ (x @ w - y)
     assert grad.shape == w.shape, f"the gradient has the shape of w, {tuple(w.shape)}"
     assert torch.allclose(grad, by_hand, atol=1e-5), "the gradient is wrong"
 ### BEGIN HIDDEN TESTS
 x, y = torch.randn(9, 2), torch.randn(9)
 w = torch.randn(2, requires_grad=True)
-before = w.detach().clone()
+before, inputs = w.detach().clone(), (x.clone(), y.clone())
 grad = grad_of_mse(w, x, y)
-assert torch.allclose(grad, 2 / 9 * x.T @ (x @ before - y), atol=1e-5), "wrong gradient"
+assert torch.equal(x, inputs[0]) and torch.equal(y, inputs[1]), "x and y must be unchanged"
+assert torch.allclose(grad, 2 / 9 * inputs[0].T @ (inputs[0] @ before - inputs[1]), atol=1e-5), \
+    "wrong gradient"
 assert w.grad is None, "w.grad was left set: compute the gradient without touching w.grad"
 assert w.requires_grad and torch.equal(w.detach(), before), "w must be unchanged"
 assert not grad.requires_grad, "return a plain tensor (no graph attached)"
