@@ -148,6 +148,12 @@ assert model(torch.randn(2, 3, dtype=torch.float64)).dtype == torch.float64, \
     "model.to(float64) must convert every layer"
 assert len(model.state_dict()) == 8, "state_dict must hold a weight and a bias per Linear"
 assert sum(isinstance(m, nn.ReLU) for m in model.modules()) == 3, "one ReLU per hidden layer"
+weights, x = list(model.state_dict().values()), torch.randn(2, 3, dtype=torch.float64)
+expected = x
+for i in range(0, len(weights), 2):  # the registered layers, in order, a ReLU after each hidden one
+    expected = expected @ weights[i].T + weights[i + 1]
+    expected = torch.relu(expected) if i + 2 < len(weights) else expected
+assert torch.allclose(model(x), expected), "forward applies every registered layer in order"
 ### END HIDDEN TESTS
 
 # %% [markdown]
