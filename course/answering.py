@@ -23,7 +23,8 @@ import socket
 from collections.abc import Callable
 
 from course.argstate import leaves, state_of
-from course.channel import ChannelError, encode, encode_exception, receive, send
+from course.channel import ChannelError, receive, send
+from course.codec import encode, encode_exception
 from course.remote import _set_rng_state, perform
 
 #: What the checker may ask: the object ops, and two of its own.

@@ -43,13 +43,11 @@ from course.channel import (
     Handle,
     PeerRef,
     RemoteException,
-    _is_plain,
-    claimable,
-    decode,
     loads_plain,
     receive,
     send,
 )
+from course.codec import _is_plain, claimable, decode
 
 #: What the answer process may ask of the checker's objects (public attributes only).
 PEER_OPS = ("call", "getattr", "getitem", "len", "iter", "next", "contains", "repr", "str")

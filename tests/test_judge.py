@@ -66,7 +66,10 @@ def _judge(tmp_path, requests, **limits):
             reply = _exchange(proc, buffer, request, config, time.monotonic() + 60)
             if reply is not None:
                 replies[reply.get("key", reply.get("index"))] = reply
-        proc.stdin.close()
+        try:
+            proc.stdin.close()
+        except BrokenPipeError:  # the judge stopped on its own (after a changed file)
+            pass
         proc.wait(timeout=30)
         errors.seek(0)
         return replies, SimpleNamespace(stderr=errors.read())

@@ -1,4 +1,4 @@
-"""course.channel and course.remote: only data crosses from an answer to its checker, and the
+"""course.channel, course.codec and course.remote: only data crosses from an answer to its checker, and the
 checker sees what the answer's calls did as if they had run in its own process."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from PIL import Image
 from torch import nn
 
 from course.answering import Server
-from course.channel import ChannelError, Handle, decode, encode, loads_plain
+from course.channel import ChannelError, Handle, loads_plain
+from course.codec import decode, encode
 from course.remote import Answer, Remote
 
 
