@@ -130,8 +130,10 @@ for batch_index, (batch_images, batch_labels) in enumerate(meter.wrap(loader)):
     train_step(model, optimizer, batch_images, batch_labels)
     if batch_index == 5:
         break
-wait = sum(meter.waits[1:]) / len(meter.waits[1:])
-compute = sum(meter.steps) / len(meter.steps) - wait
+counted = slice(1, len(meter.steps))  # what DataWaitMeter counts: not the first batch, not the unfinished last
+waits = meter.waits[counted]
+wait = sum(waits) / len(waits)
+compute = sum(step - w for step, w in zip(meter.steps[counted], waits, strict=True)) / len(waits)
 fractions = pd.Series({f"step {k}x faster": wait / (wait + compute / k) for k in (1, 2, 4, 10)},
                       name="data-wait fraction")
 assert 0 < meter.fraction < 1 and fractions.is_monotonic_increasing
