@@ -55,6 +55,8 @@ _CURRENT: list[Answer] = []
 
 
 def _rng_state() -> tuple:
+    """The checker's random state, sent with every request: each call starts from it. One way
+    only: the answer's draws (or seeds) never move the checker's generators."""
     state = [random.getstate()]
     if "numpy" in sys.modules:
         state.append(sys.modules["numpy"].random.get_state())
@@ -233,14 +235,6 @@ class Answer:
         self.sock, self.remotes, self.peers, self.peer_ids = sock, {}, {}, {}
         _CURRENT.append(self)
 
-    def _rng(self) -> tuple:
-        """The checker's random state, sent with every request: each call starts from it.
-
-        One way only: the answer's draws (or seeds) stay in its process and never move the
-        checker's generators, so no answer can choose the inputs the checks draw after it.
-        """
-        return _rng_state()
-
     def peer_id(self, obj: object) -> int:
         if id(obj) not in self.peer_ids:
             self.peer_ids[id(obj)] = len(self.peers) + 1
@@ -275,7 +269,7 @@ class Answer:
     def request(self, op: str, target: int, args: tuple) -> object:
         """Ask the answer process; serve its calls back meanwhile; apply what it did to ``args``."""
         mine = leaves(args, _skip_on_checker)
-        self._send(("req", op, target, args, self._rng()))
+        self._send(("req", op, target, args, _rng_state()))
         while True:
             message = loads_plain(receive(self.sock))
             if type(message) is not tuple or not message or message[0] not in ("ret", "req"):
@@ -318,9 +312,9 @@ class Answer:
         except Exception as error:  # noqa: BLE001 - goes back to the answer as its exception
             value, ok = error, False
         try:
-            self._send(("ret", ok, value, self._rng()))
+            self._send(("ret", ok, value, _rng_state()))
         except Exception as error:  # noqa: BLE001 - e.g. an exception that does not pickle
-            self._send(("ret", False, RuntimeError(f"{type(error).__name__}: {error}"), self._rng()))
+            self._send(("ret", False, RuntimeError(f"{type(error).__name__}: {error}"), _rng_state()))
 
 
 def perform(op: str, obj: object, args: tuple) -> object:  # noqa: C901, PLR0911
