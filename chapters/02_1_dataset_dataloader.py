@@ -8,6 +8,7 @@
 # - A hardened `common.CustomImageDataset` that names the CSV line of every bad input, and an opt-in skip policy that says what it skipped.
 # - Why the index lives in NumPy arrays, not Python lists (copy-on-read in worker processes).
 # - What each `DataLoader` option does, made visible: `batch_size`, `drop_last`, `shuffle`, `num_workers`, `pin_memory`, `generator`, `worker_init_fn`.
+# - When workers pay off: a loader that waits on (network) storage, against one that is busy decoding.
 
 # %% [markdown]
 # ## Setup
@@ -28,13 +29,14 @@ import numpy as np
 import pandas as pd
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import transforms
 
 from common import (
     CLASSES,
     BadSampleError,
     CustomImageDataset,
+    SlowStorage,
     describe_device,
     ensure_data,
     get_device,
@@ -92,13 +94,15 @@ def time_steps(idx: int) -> dict[str, float]:
 # %%
 step_ms = pd.DataFrame([time_steps(i) for i in range(30)]).median().round(3)
 print(f"sample 0: {load_rgb(data.images_dir('train') / frame.file_name[0]).size} px -> (1, 3, 64, 64)")
+full_size = (step_ms["open + decode"] + step_ms["resize"]) / step_ms.sum()
+print(f"open + decode and resize (the steps that touch the full-size image): {full_size:.0%} of the time")
 step_ms.to_frame("median ms")
 
 # %% [markdown]
 # ## §2.1.2 数据管道在深度学习中的作用 (why the pipeline matters)
 # The guide names three jobs: keep data flowing so the model does not wait, catch data problems *before*
 # training, and keep memory in check. In the table above, the two steps that touch the full-size image
-# (open + decode, resize) take most of the time; everything after works on 64x64 pixels. The model waits for
+# (open + decode, resize) take the share of the time printed under it; everything after works on 64x64 pixels. The model waits for
 # those steps unless the loader prepares batches in parallel (`num_workers`, below, and Chapter 3). Problems caught early are the
 # subject of the hardened dataset below, and memory the subject of copy-on-read. For scale: one epoch of
 # this small dataset decodes this many pixels.
@@ -418,19 +422,89 @@ print("no shuffle:        ", list(DataLoader(dataset, batch_size=8).sampler)[:8]
 assert epoch1 != epoch2
 
 # %% [markdown]
-# `num_workers`: with 0 the main process decodes every image between training steps; with `N > 0`, N worker
-# processes prepare batches in parallel (each gets a copy of the dataset). The times below are this run's:
-# on an idle machine with spare cores two workers are faster; on a busy 2-core machine the gain shrinks or
-# vanishes, because the workers compete for the same cores (Chapter 3 measures this properly).
+# `num_workers`: with 0 the main process reads and decodes every image between training steps; with `N > 0`,
+# N worker processes prepare batches in parallel (each gets a copy of the dataset). Whether that pays depends
+# on what a sample's time is spent on, so we measure two loaders side by side:
+# - **decode-bound**: this dataset on the local disk. Reading a file takes microseconds; the time goes to
+#   decoding and resizing, which keeps a CPU core busy.
+# - **storage-bound**: the same dataset behind `common.SlowStorage`, which makes every read wait 20 ms first,
+#   as reading a small file from a cluster's network storage does (NFS: a millisecond or more, an object
+#   store: tens of milliseconds). During the wait the CPU is idle.
+#
+# `epoch_s` times whole epochs: the median of 3 after a warm-up epoch, in wall-clock seconds and in the main
+# process's own CPU seconds. `persistent_workers=True` keeps the workers alive between epochs, so starting
+# them is left out (Chapter 3.1 measures what it costs).
 
 # %%
-timings = {}
-for num_workers in (0, 2):
-    loader = DataLoader(dataset, batch_size=64, num_workers=num_workers)
-    start = time.perf_counter()
-    count = sum(len(labels) for _, labels in loader)
-    timings[num_workers] = time.perf_counter() - start
-    print(f"num_workers={num_workers}: {count} images in {timings[num_workers]:.2f} s")
+def epoch_s(loader: DataLoader, repeats: int = 3) -> tuple[float, float]:
+    """Median (wall, main-process CPU) seconds of one epoch, after one warm-up epoch."""
+    times = []
+    for _ in range(repeats + 1):
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in loader:
+            pass
+        times.append((time.perf_counter() - wall, time.process_time() - cpu))
+    return tuple(np.median(times[1:], axis=0))
+
+
+workloads = {"decode-bound": Subset(dataset, range(96)),
+             "storage-bound": SlowStorage(Subset(dataset, range(32)), latency_s=0.020)}
+print(workloads["storage-bound"])
+
+# %% [markdown]
+# 0, 2 and 4 workers on each (several seconds in all): images/s, the main process's CPU share, and the
+# speed-up over `num_workers=0`. PyTorch warns when a loader has more workers than the machine has cores;
+# for workers that mostly wait, more than the cores is the point, so this cell silences just that warning.
+
+# %%
+rows = []
+for workload, subset in workloads.items():
+    for num_workers in (0, 2, 4):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
+            loader = DataLoader(subset, batch_size=4, num_workers=num_workers,
+                                persistent_workers=num_workers > 0)
+            wall, cpu = epoch_s(loader)
+        rows.append({"workload": workload, "num_workers": num_workers,
+                     "images_per_s": len(subset) / wall, "main_cpu_share": cpu / wall})
+speeds = pd.DataFrame(rows).set_index(["workload", "num_workers"])
+speeds["speedup"] = speeds["images_per_s"] / speeds.groupby("workload")["images_per_s"].transform("first")
+speeds.round(2)
+
+# %% [markdown]
+# As a chart, and what it says, printed from the numbers:
+
+# %%
+fig = speeds["speedup"].unstack("num_workers").plot.bar(
+    rot=0, figsize=(6, 2.8), ylabel="x num_workers=0", title="speed-up from workers").figure
+up = speeds["speedup"]
+print(f"storage-bound: {up['storage-bound', 2]:.1f}x with 2 workers, {up['storage-bound', 4]:.1f}x with 4")
+print(f"decode-bound:  {up['decode-bound', 2]:.1f}x with 2 workers, {up['decode-bound', 4]:.1f}x with 4 "
+      f"(on {os.cpu_count()} CPU cores)")
+assert up["storage-bound", 4] > 1.5  # the waits overlap whatever the cores (20 ms sleep vs ~1 ms decode)
+
+# %% [markdown]
+# Why they differ, from the same numbers. A worker waiting on storage uses no CPU, so N workers keep N reads in
+# flight even on few cores: the speed-up tends to N until the decoding left over fills the cores. A
+# decode-bound worker needs a core of its own, and the workers share the cores with the main process, which
+# receives every batch (its CPU share is in the table). So the workers can use at most `cores - main share`
+# cores: that is the ceiling on the speed-up, printed for this machine. Any gap below the ceiling is other
+# work on the same cores (the load average is printed). Where there are more cores than workers (a training
+# node has 8–64), the ceiling is the number of workers.
+
+# %%
+decode_ms = 1e3 / speeds.loc[("decode-bound", 0), "images_per_s"]
+wait_ms = 1e3 * workloads["storage-bound"].latency_s
+print(f"per image: {decode_ms:.1f} ms decoding (CPU) + {wait_ms:.0f} ms waiting on storage (no CPU)")
+cores = os.cpu_count()
+for num_workers in (2, 4):
+    main = speeds.loc[("decode-bound", num_workers), "main_cpu_share"]
+    ceiling = min(num_workers, cores - main)
+    print(f"decode-bound, {num_workers} workers: main process {main:.0%} busy; ceiling min({num_workers}, "
+          f"{cores} - {main:.2f}) = {ceiling:.1f}x, measured {up['decode-bound', num_workers]:.1f}x")
+print(f"this machine: {cores} cores,", "fewer than 4 workers + the main process need: decoding cannot spread"
+      " further" if cores < 5 else "enough for 4 workers + the main process",
+      f"| load average {os.getloadavg()[0]:.1f} over the last minute (these workers included)")
 
 # %% [markdown]
 # `pin_memory=True` makes the loader return batches in page-locked host memory, from which a CUDA copy can
@@ -477,6 +551,7 @@ fig = show_images(list(a), [CLASSES[t] for t in la], ncols=8, suptitle="first sh
 # - The guide's §2.2.1 code needs an import and a loop body, and its `Resize+CenterCrop` is an evaluation pipeline.
 # - `common.CustomImageDataset` keeps the guide's signature but validates every row and names the CSV line; skipping bad rows is opt-in and reported.
 # - Index data lives in NumPy arrays so that forked workers do not copy it on read.
+# - Workers pay off most when reads wait on storage (`SlowStorage`: the waits overlap, even on 2 cores); for decoding each worker needs a spare core besides the main process's.
 # - `generator` + `worker_init_fn=seed_worker` make a loader's batches reproducible; anything a worker needs lives in `common`.
 #
 # ## Exercises

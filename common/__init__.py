@@ -49,6 +49,7 @@ _WHERE = {
     "ShapesData": "common.synthetic",
     "ShardedImageDataset": "common.shards",
     "show_images": "common.plotting",
+    "SlowStorage": "common.storage",
     "SmallCNN": "common.models",
     "SyntheticConfig": "common.synthetic",
     "train_one_epoch": "common.training",

@@ -6,12 +6,14 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import matplotlib.image
 import pandas as pd
 import pytest
 import torch
 
+from common.fast import costs
 from common.fast.benchmark import (
     COLUMNS,
     GUIDE,
@@ -75,6 +77,29 @@ def test_formulations_agree_and_are_all_timed():
     images = torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8)
     table = formulations(images, repeats=1, batch_size=4)
     assert len(table) == 5 and (table["images_per_s"] > 0).all()
+
+
+def test_formulations_check_every_batch_outside_the_timed_loop(monkeypatch):
+    # a check that takes 50 ms: inside the timed loop no candidate could pass 8 / 0.05 = 160/s
+    calls = []
+
+    def slow_check(out, expected):
+        calls.append(out.shape)
+        time.sleep(0.05)
+        return True
+
+    monkeypatch.setattr(costs, "_agrees", slow_check)
+    images = torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8)
+    table = formulations(images, repeats=2, batch_size=4)
+    assert len(calls) == 5 * 2  # every candidate, every batch, once
+    assert table["images_per_s"].min() > 400
+
+
+def test_formulations_refuse_a_wrong_result(monkeypatch):
+    monkeypatch.setattr(costs, "_agrees", lambda out, expected: False)
+    images = torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8)
+    with pytest.raises(AssertionError, match="does not give the normalized batch"):
+        formulations(images, repeats=1, batch_size=4)
 
 
 def test_summarize_uses_medians_and_the_guide_at_zero_workers():
