@@ -1,9 +1,12 @@
-"""Build and check the chapter notebooks: ``python -m course.notebooks build|check``.
+"""Build and check the chapter notebooks: ``python -m course.notebooks build|check|bootstrap``.
 
 Authors edit the jupytext twin ``chapters/NN_name.py`` (py:percent) or the notebook;
 ``build`` executes the notebook top to bottom in a fresh kernel (execution counts 1..N)
 and rewrites the twin from it, so the pair is always in sync. ``check`` verifies both
-without executing anything (``make test`` runs it).
+without executing anything (``make test`` runs it). ``bootstrap`` inserts or refreshes the
+Colab/Kaggle badge and install cells after each chapter's title (``course.bootstrap``) in
+the twin and the zh ``.po`` file, without executing: ``build`` the notebooks afterwards.
+``build`` refreshes those cells wherever they are present, so they never drift.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from common.cli import option, parse_config
+from course import bootstrap as standard_cells
 
 FORMATS = "ipynb,py:percent"
 
@@ -46,6 +50,8 @@ def build(path: Path, *, timeout: int = 600) -> None:
         nbclient.exceptions.CellExecutionError: If a cell fails (nothing is written).
     """
     nb = _read_source(path)
+    if path.parent.name == "chapters":  # exercises carry no standard cells
+        standard_cells.bootstrap(path, nb, insert=False)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
@@ -130,12 +136,32 @@ def problems(notebook: Path, *, twin: bool = True) -> list[str]:
     return found
 
 
+def insert_standard_cells(path: Path) -> str:
+    """``bootstrap`` of one notebook: standard cells into its twin, the zh .po refreshed.
+
+    Exercise notebooks are left alone (a graded notebook's first code cell is the student's
+    set-up; course.assignments and course.grading process them). Returns one line saying
+    what was done.
+    """
+    if path.parent.name == "exercises":
+        return f"skipped {path.name}: exercises carry no badge or bootstrap cell"
+    nb = _read_source(path)
+    changed = standard_cells.bootstrap(path, nb, insert=True)
+    if changed:
+        jupytext.write(nb, twin_of(path.with_suffix(".ipynb")), fmt="py:percent")
+    return (f"{twin_of(path.with_suffix('.ipynb')).name}: standard cells "
+            f"{'written' if changed else 'already current'}; zh .po refreshed"
+            + ("; run `python -m course.notebooks build` on it" if changed else ""))
+
+
 @dataclass
 class NotebooksConfig:
     """The command line of ``python -m course.notebooks``."""
 
-    command: str = option("check", "build: execute and refresh the twin; check: hygiene only",
-                          choices=("build", "check"), positional=True)
+    command: str = option("check", "build: execute and refresh the twin; check: hygiene only; "
+                          "bootstrap: insert/refresh the Colab badge and install cells of "
+                          "chapters (twin and zh .po; build afterwards)",
+                          choices=("build", "check", "bootstrap"), positional=True)
     paths: tuple[Path, ...] = option((), ".ipynb or .py twin files", positional=True, nargs="+")
     timeout: int = option(600, "seconds per cell")
 
@@ -149,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
             build(path, timeout=args.timeout)
             print(f"built {path.with_suffix('.ipynb')} in {time.perf_counter() - start:.0f} s",
                   flush=True)
+        elif args.command == "bootstrap":
+            print(insert_standard_cells(path))
         else:
             failures += problems(path.with_suffix(".ipynb"))
     for failure in failures:

@@ -4,39 +4,16 @@
     python data_scripts/make_synthetic_data.py --force       # regenerate anyway
     python data_scripts/make_synthetic_data.py --root /tmp/shapes --num-train 60 --num-val 12
 
+A thin wrapper: the generator and its command line live in the package (``common.make_data``),
+so an installed package has them too (``python -m common.make_data``, ``companion-make-data``).
 Deterministic: the same options give byte-identical files on the same library versions.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from common.make_data import MakeDataConfig, main
 
-from common.cli import option, parse_config, positive
-from common.paths import default_data_root
-from common.synthetic import SyntheticConfig, ensure_data, generate
-
-
-@dataclass(frozen=True)
-class MakeDataConfig(SyntheticConfig):
-    """The generator's settings plus where to write and whether to regenerate anyway."""
-
-    root: Path | None = option(None, "dataset folder (default: data/shapes in the repository)")
-    force: bool = option(False, "regenerate even if intact")
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_config(MakeDataConfig, argv, description=__doc__.splitlines()[0],
-                        validate=lambda c: positive(c, "num_train", "num_val", "min_size"))
-    config = SyntheticConfig(**{f.name: asdict(args)[f.name] for f in fields(SyntheticConfig)})
-    root = args.root or default_data_root() / "shapes"
-    start = time.perf_counter()
-    data = generate(root, config) if args.force else ensure_data(root, config)
-    print(f"{data.root}: {config.num_train} train + {config.num_val} val images "
-          f"({time.perf_counter() - start:.1f} s)")
-    return 0
-
+__all__ = ["MakeDataConfig", "main"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -58,13 +58,73 @@ def test_chapter_ends_with_summary_and_exercises(notebook):
     assert headings.index(summary) < headings.index(exercises)
 
 
+#: Whatever installs or downloads, or bends the import path: shell escapes, pip or conda run
+#: through subprocess, pip's internals, URL fetches, hub downloads, dataset downloads.
+INSTALL_OR_DOWNLOAD = re.compile(
+    r"^\s*[!%]\s*(pip|pip3|conda|mamba|micromamba|uv|apt|apt-get|wget|curl|git)\b"
+    r"|[\"']pip3?[\"']\s*,\s*[\"'](install|download)[\"']|\bpip3?\s+(install|download)\b"
+    r"|\bpip\.(main|_internal)|\bensurepip\b|\b(conda|mamba)[\"']?\s*,?\s*[\"']?install\b"
+    r"|download=True|\burlretrieve\b|\burlopen\b|\brequests\.(get|post|Session)\b|\bhttpx\."
+    r"|\btorch\.hub\.|\b(hf_hub_download|snapshot_download|load_dataset)\b"
+    r"|\bsys\.path\.(append|insert|extend)\b", re.M)
+
+
+def install_problems(nb: nbformat.NotebookNode, repo_root: Path = REPO) -> list[str]:
+    """Code cells that install or download, except the one guarded Colab/Kaggle bootstrap.
+
+    That cell is accepted only as the first code cell, right after the badge cell, and only
+    character for character as ``course.bootstrap.bootstrap_source`` writes it for this
+    repository (STYLE.md: "the one exception is a guarded bootstrap cell").
+    """
+    from course.bootstrap import BADGE_START, bootstrap_source, repository
+
+    guarded = bootstrap_source(repository(repo_root))
+    code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    found = []
+    for number, (index, cell) in enumerate(code, start=1):
+        if cell.source == guarded and number == 1 and index == 2 \
+                and nb.cells[1].cell_type == "markdown" and BADGE_START in nb.cells[1].source:
+            continue
+        for match in INSTALL_OR_DOWNLOAD.finditer(cell.source):
+            found.append(f"code cell {number}: {match.group(0).strip()!r}")
+    return found
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS + ZH_NOTEBOOKS, ids=IDS + ZH_IDS)
 def test_no_installs_or_downloads_in_notebooks(notebook):
-    code = "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells
-                     if c.cell_type == "code")
-    assert not re.search(r"^\s*[!%]\s*(pip|conda|wget|curl)\b", code, re.M)
-    assert "download=True" not in code
-    assert "sys.path.append" not in code and "sys.path.insert" not in code
+    assert install_problems(nbformat.read(notebook, as_version=4)) == [], \
+        "no installs or downloads in a notebook, except the guarded bootstrap cell exactly as " \
+        "`python -m course.notebooks bootstrap` writes it"
+
+
+def test_install_rule_accepts_only_the_exact_guarded_bootstrap():
+    from course.bootstrap import apply_standard_cells, bootstrap_source, repository
+
+    repo = repository(REPO)
+
+    def notebook(*code: str, standard: bool = True) -> nbformat.NotebookNode:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title")])
+        if standard:
+            apply_standard_cells(nb, repo, "01_x.ipynb")
+        nb.cells += [nbformat.v4.new_code_cell(source) for source in code]
+        return nb
+
+    assert install_problems(notebook("import torch")) == []
+    unguarded = bootstrap_source(repo).replace('"google.colab" in sys.modules or ', "True or ")
+    bad = [notebook("!pip install torch"), notebook("%conda install numpy"),
+           notebook('import subprocess, sys\nsubprocess.run([sys.executable, "-m", "pip", '
+                    '"install", "x"])'),
+           notebook("datasets.CIFAR10('.', download=True)"),
+           notebook("from urllib.request import urlretrieve\nurlretrieve(url, 'x.zip')"),
+           notebook("torch.hub.load('pytorch/vision', 'resnet18')"),
+           notebook("import sys\nsys.path.insert(0, '..')"),
+           notebook(unguarded, standard=False),
+           notebook(bootstrap_source(repo), standard=False),  # not after the badge cell
+           notebook("print(1)", bootstrap_source(repo))]  # twice: the second is not accepted
+    for nb in bad:
+        assert install_problems(nb), [c.source for c in nb.cells if c.cell_type == "code"]
+    fork = bootstrap_source(type(repo)("someone", "fork"))
+    assert install_problems(notebook(fork, standard=False)), "another repository's URL"
 
 
 def test_problems_detects_a_broken_notebook(tmp_path):
