@@ -21,7 +21,6 @@ import dataclasses
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -156,10 +155,3 @@ def non_negative(config: Any, *names: str) -> dict[str, str]:
     return {name: f"must be 0 or more, got {getattr(config, name)}"
             for name in names if getattr(config, name) < 0}
 
-
-def as_path(value: str | Path) -> Path | None:
-    """``""`` -> ``None``; anything else -> ``Path`` (flags use ``""`` for "not given").
-
-    Introduced in chapters/04_2_ddp_training.ipynb.
-    """
-    return Path(value) if str(value) else None

@@ -22,10 +22,6 @@ class History:
     val_loss: list[float] = field(default_factory=list)
     val_acc: list[float] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, list[float]]:
-        return {"train_loss": self.train_loss, "train_acc": self.train_acc,
-                "val_loss": self.val_loss, "val_acc": self.val_acc}
-
 
 def train_one_epoch(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer,
                     device: torch.device, *, loss_fn: nn.Module | None = None,

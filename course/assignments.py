@@ -12,7 +12,8 @@ follow nbgrader's conventions, so an instructor with nbgrader can use them direc
 Without nbgrader, ``python -m course.assignments build --out build/assignments`` writes the
 student versions: solutions replaced by ``raise NotImplementedError()`` (or ``name = ...``
 when the solution is only simple assignments), hidden checks removed, outputs cleared.
-``checks`` reports an exercise that raises ``NotImplementedError`` as "not yet done"
+``checks`` (``course.checks``, re-exported here for the notebooks' ``from course.assignments
+import checks``) reports an exercise that raises ``NotImplementedError`` as "not yet done"
 instead of failing, so a student version runs top to bottom; the hidden checks, which
 are outside ``checks``, still fail such an exercise when it is graded.
 """
@@ -22,30 +23,28 @@ from __future__ import annotations
 import ast
 import copy
 import json
-import os
 import sys
 import textwrap
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.cli import option, parse_config
 from common.paths import chapters_dir
+from course.checks import answered, checks
+
+__all__ = ["AssignmentFormatError", "Exercise", "answered", "build", "checks", "exercises_dir",
+           "exercises_of", "instructor_sources", "main", "nbgrader_meta", "strip_hidden_tests",
+           "strip_solutions", "student_version"]
 
 if TYPE_CHECKING:  # nbformat costs ~2 s to import (jsonschema): every exercise kernel and judge
     import nbformat  # imports this module for `checks`, and none of them reads a notebook
 
-#: Where the instructor sources live.
-
 
 def exercises_dir() -> Path:
-    """``<repo>/chapters/exercises``, where the instructor sources live.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """``<repo>/chapters/exercises``, where the instructor sources live."""
     return chapters_dir() / "exercises"
+
 
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
@@ -53,50 +52,12 @@ STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
 
 
 class AssignmentFormatError(ValueError):
-    """An instructor source that breaks the conventions; the message names notebook and cell.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
-
-
-@contextmanager
-def checks(name: str) -> Iterator[None]:
-    """Run an exercise's visible checks; report ``NotImplementedError`` as "not yet done".
-
-    Failed asserts propagate, so a wrong answer shows its message. Only the visible
-    checks go inside; hidden checks come after the ``with`` block. Under nbgrader
-    (``nbgrader validate``/``autograde`` set ``NBGRADER_EXECUTION``) the error propagates,
-    so that unanswered work fails validation instead of passing it.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
-    try:
-        yield
-    except NotImplementedError as error:
-        if os.environ.get("NBGRADER_EXECUTION"):
-            raise
-        detail = f" ({error})" if str(error) else ""
-        print(f"{name}: not yet done{detail}. Write your answer in the cell above, "
-              "run it, then run this cell again.")
-        return
-    print(f"{name}: visible checks passed.")
-
-
-def answered(*values: object) -> None:
-    """Raise ``NotImplementedError`` if any value is still the ``...`` placeholder.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
-    if any(value is Ellipsis for value in values):
-        raise NotImplementedError("replace each `...` placeholder with your answer")
+    """An instructor source that breaks the conventions; the message names notebook and cell."""
 
 
 @dataclass(frozen=True)
 class Exercise:
-    """One exercise of a notebook: its answer cell, its check cell and its points.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """One exercise of a notebook: its answer cell, its check cell and its points."""
 
     key: str
     answer_cell: int
@@ -105,10 +66,7 @@ class Exercise:
 
 
 def nbgrader_meta(cell: nbformat.NotebookNode) -> dict:
-    """The cell's ``nbgrader`` metadata (empty for ordinary cells).
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """The cell's ``nbgrader`` metadata (empty for ordinary cells)."""
     return dict(cell.get("metadata", {}).get("nbgrader", {}))
 
 
@@ -117,8 +75,6 @@ def exercises_of(nb: nbformat.NotebookNode, *, name: str = "notebook") -> list[E
 
     Raises:
         AssignmentFormatError: Naming the notebook and cell of the first problem.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     answers: dict[str, int] = {}
     tests: dict[str, tuple[int, float]] = {}
@@ -170,10 +126,7 @@ def _placeholder(region: list[str], indent: str) -> list[str]:
 
 
 def strip_solutions(source: str) -> str:
-    """Replace every solution region by a placeholder, keeping its indentation.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """Replace every solution region by a placeholder, keeping its indentation."""
     out: list[str] = []
     region: list[str] | None = None
     indent = ""
@@ -195,10 +148,7 @@ def strip_solutions(source: str) -> str:
 
 
 def strip_hidden_tests(source: str) -> str:
-    """Remove every hidden-tests region (markers included).
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """Remove every hidden-tests region (markers included)."""
     out, hidden = [], False
     for line in source.splitlines():
         if line.strip() == BEGIN_HIDDEN:
@@ -223,10 +173,7 @@ def _refuse_raising_class_bodies(source: str, *, where: str) -> None:
 
 
 def student_version(nb: nbformat.NotebookNode, *, name: str = "notebook") -> nbformat.NotebookNode:
-    """A copy with solutions replaced, hidden checks removed, outputs cleared, cells locked.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """A copy with solutions replaced, hidden checks removed, outputs cleared, cells locked."""
     exercises_of(nb, name=name)  # refuse a malformed source before writing anything
     student = copy.deepcopy(nb)
     for cell in student.cells:
@@ -247,10 +194,7 @@ def student_version(nb: nbformat.NotebookNode, *, name: str = "notebook") -> nbf
 
 
 def instructor_sources(root: Path | None = None) -> list[Path]:
-    """The instructor notebooks ``exNN_*.ipynb`` under ``root``, sorted.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """The instructor notebooks ``exNN_*.ipynb`` under ``root``, sorted."""
     return sorted(Path(root or exercises_dir()).glob("ex[0-9][0-9]_*.ipynb"))
 
 
@@ -259,8 +203,6 @@ def build(out: Path, sources: list[Path]) -> dict[str, dict]:
 
     Returns:
         The manifest: per notebook, its exercises and their points.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     out = Path(out)
     import nbformat
@@ -280,10 +222,7 @@ def build(out: Path, sources: list[Path]) -> dict[str, dict]:
 
 @dataclass
 class AssignmentsConfig:
-    """The command line of ``python -m course.assignments``.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """The command line of ``python -m course.assignments``."""
 
     command: str = option("build", "build: write student versions; list: show exercises and points",
                           choices=("build", "list"), positional=True, nargs="?")

@@ -1,4 +1,4 @@
-"""course.grading: prepared submissions grade to the expected points; broken ones are contained."""
+"""course.grading (the grader): prepared submissions grade to the expected points; broken ones are contained."""
 
 from __future__ import annotations
 
@@ -20,8 +20,18 @@ import nbformat
 import pytest
 
 from course.assignments import exercises_dir, exercises_of, student_version
-from course.grading import GradingConfig, grade, graded_notebook, read_submission, write_report
-from course.sandbox import choose_sandbox
+from course.grading.config import GradingConfig
+from course.grading.grader import (
+    SandboxRequired,
+    grade,
+    graded_notebook,
+    main,
+    read_submission,
+    score,
+)
+from course.grading.judges import Run
+from course.grading.report import write_report
+from course.grading.sandbox import choose_sandbox
 from tests.fixtures.submissions.hostile import HOSTILE, HOSTILE_POINTS
 from tests.fixtures.submissions.make_submissions import solution_of
 
@@ -139,7 +149,7 @@ def _grade_copy(root: Path, students: tuple[str, ...], sandbox: str) -> dict:
     before = _digest(repo)
     config = GradingConfig(subs, out, repo / "chapters" / "exercises", repo=repo,
                            timeout=180, cell_timeout=CELL_TIMEOUT, sandbox=sandbox, file_mb=8,
-                           processes=16)
+                           processes=16, trusted=sandbox == "none")
     results, info = grade(config)
     write_report(results, out, info)
     report = (out / "grades.csv").read_text()
@@ -281,10 +291,10 @@ def test_attacks_from_inside_calls_are_caught(graded):
     for grader in (graded, graded["unsandboxed"]):
         results = grader["results"]
         assert "AttributeError" in _row(results, "h2_in_calls", "ex1").message, "there is no IPython"
-        tampered = _row(results, "h2_in_calls", "ex2").message
-        assert "tampered" in tampered and "torch.allclose" in tampered, tampered
-        assert any(p["kind"] == "checker" and "torch.allclose" in p["details"]
-                   for p in grader["info"]["integrity"])
+        rebinder = _row(results, "h2_in_calls", "ex2")
+        assert rebinder.points == 0 and "check failed" in rebinder.message, "the checker's torch is its own"
+        assert any(p["student"] == "h2_in_calls" and p["kind"] == "rebound" and "torch.allclose" in p["details"]
+                   for p in grader["info"]["integrity"]), "what it rebound in its own process is recorded"
         assert "killed" in _row(results, "h2_in_calls", "ex4").message
         assert _row(results, "h2_in_calls", "ex5").points == 2, "a new judge grades the rest"
         assert "symbolic link" in _row(results, "h5_symlink", "ex1").message
@@ -325,14 +335,14 @@ def test_the_sandbox_hides_the_sources_and_the_network_and_bounds_processes(grad
     assert "ConnectionRefusedError" in _row(results, "h3_resources", "ex3").message
     assert "process limit" in _row(results, "h3_resources", "ex2").message
     assert _row(results, "h4_files", "ex5").points == 0
-    assert not graded["info"]["integrity"] or all(p["kind"] == "checker" for p in graded["info"]["integrity"])
+    assert all(p["kind"] in ("checker", "rebound") for p in graded["info"]["integrity"]), "no file changed"
 
 
 @pytest.mark.slow
 def test_without_sandbox_changes_are_detected_and_undone(graded):
     unsandboxed = graded["unsandboxed"]
     results, info = unsandboxed["results"], unsandboxed["info"]
-    assert info["sandbox"] == "none" and "UNSAFE" in info["sandbox_note"]
+    assert info["sandbox"] == "none" and "UNSAFE" in info["sandbox_note"] and info["trusted"] is True
     files = _row(results, "h4_files", "ex5")
     assert files.points == 0 and "sitecustomize.py" in files.message and "created" in files.message
     assert any(p["student"] == "h4_files" and p["kind"] == "files" for p in info["integrity"])
@@ -374,3 +384,42 @@ def test_the_instructor_solutions_score_full_marks_in_every_notebook(tmp_path):
     results, _ = grade(config)
     assert len({r.exercise.split("/")[0] for r in results}) == len(sources) == 6
     assert [r for r in results if r.points != r.max_points] == []
+
+
+def _empty_submissions(tmp_path: Path) -> Path:
+    (tmp_path / "subs" / "alice").mkdir(parents=True)
+    return tmp_path / "subs"
+
+
+def test_grading_without_the_sandbox_needs_the_trusted_flag(tmp_path, capsys):
+    subs = _empty_submissions(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--submissions", str(subs), "--out", str(tmp_path / "out"), "--sandbox", "none"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "error: --sandbox: none runs student code without a sandbox: add --trusted" in error, error
+    with pytest.raises(SandboxRequired, match="--trusted"):
+        grade(GradingConfig(subs, tmp_path / "out", repo=REPO, sandbox="none"))
+    assert not (tmp_path / "out").exists(), "nothing was graded"
+
+
+def test_trusted_grading_without_the_sandbox_says_so(tmp_path, capsys):
+    subs = _empty_submissions(tmp_path)
+    assert main(["--submissions", str(subs), "--out", str(tmp_path / "out"), "--sandbox", "none",
+                 "--trusted"]) == 0
+    out = capsys.readouterr().out
+    assert "WITHOUT the sandbox" in out and "--trusted" in out, out
+    report = json.loads((tmp_path / "out" / "grades.json").read_text())
+    assert report["sandbox"] == "none" and report["trusted"] is True and "UNSAFE" in report["sandbox_note"]
+
+
+def test_what_an_answer_rebound_in_its_own_process_is_recorded_not_scored():
+    """An honest answer whose libraries rebind names as they load (``torch._dynamo`` wraps
+    ``torch.manual_seed``) used to score zero: the record protects nothing, so it costs nothing."""
+    exercise = exercises_of(nbformat.read(exercises_dir() / NAME, as_version=4))[0]
+    reply = {"op": "result", "key": exercise.key, "answer_error": None, "check_error": None,
+             "tampered": [], "rebound": ["torch.manual_seed"]}
+    assert score(exercise, Run(replies={exercise.key: reply}), {}, set()) == (exercise.points, "passed")
+    shadowing = {**reply, "tampered": ["checks"], "rebound": []}
+    points, message = score(exercise, Run(replies={exercise.key: shadowing}), {}, set())
+    assert points == 0 and "checks" in message

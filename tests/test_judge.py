@@ -1,9 +1,10 @@
-"""course.judge: answer cells hold only definitions; each exercise runs alone, limited and audited."""
+"""course.grading.inside.judge: answer cells hold only definitions; each exercise runs alone, limited,
+its rebinding recorded."""
 
 from __future__ import annotations
 
-import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,9 +13,9 @@ import nbformat
 import pytest
 
 from course.assignments import exercises_of, instructor_sources, student_version
-from course.grading import GradingConfig
-from course.judge import answer_problems
-from course.judging import JUDGE, _exchange, run_notebook
+from course.grading.config import GradingConfig
+from course.grading.inside.answer_rules import answer_problems
+from course.grading.judges import exchange, judge_command, run_notebook
 from tests.fixtures.submissions.make_submissions import solution_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,16 +55,16 @@ def test_definitions_constants_and_the_placeholder_are_accepted():
 
 
 def _judge(tmp_path, requests, **limits):
-    """Speak the grader's side of the protocol (``course.judging._exchange``) to one judge."""
+    """Speak the grader's side of the protocol (``course.grading.judges.exchange``) to one judge."""
     limits = {"repo": str(REPO), "uid": None, "cell_timeout": 5, "memory_mb": 256, "cpu_seconds": 10,
               "processes": 16, "open_files": 64, "file_mb": 1, **limits}
     config = SimpleNamespace(timeout=60, cell_timeout=limits["cell_timeout"])
     with open(tmp_path / "judge.err", "w+") as errors:
-        proc = subprocess.Popen([*JUDGE, json.dumps(limits)], cwd=tmp_path, stdin=subprocess.PIPE,
+        proc = subprocess.Popen(judge_command(limits), cwd=tmp_path, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=errors, env={"PYTHONPATH": str(REPO)})
         replies, buffer = {}, bytearray()
         for request in requests:
-            reply = _exchange(proc, buffer, request, config, time.monotonic() + 60)
+            reply = exchange(proc, buffer, request, config, time.monotonic() + 60)
             if reply is not None:
                 replies[reply.get("key", reply.get("index"))] = reply
         try:
@@ -79,7 +80,7 @@ def _exercise(key, answer, check="assert f() == 1"):
     return {"op": "exercise", "key": key, "answer": answer, "check": check}
 
 
-def test_each_exercise_runs_alone_and_rebinding_what_the_checks_use_scores_zero(tmp_path):
+def test_each_exercise_runs_alone_and_what_an_answer_rebinds_is_recorded_but_changes_no_check(tmp_path):
     setup = {"op": "setup", "index": 0, "code": "import math\nexpected = 1\ndef same(a, b):\n    return a == b"}
     replies, done = _judge(tmp_path, [
         setup,
@@ -88,6 +89,8 @@ def test_each_exercise_runs_alone_and_rebinding_what_the_checks_use_scores_zero(
         _exercise("module", "def f():\n    import math\n    math.isclose = lambda *a, **k: True\n    return 2",
                   "assert math.isclose(f(), 1)"),
         _exercise("leak", "def f():\n    import math\n    math.pi = 3\n    return 1"),
+        _exercise("honest", "def f():\n    import math\n    math.isclose = lambda *a, **k: False\n    return 1",
+                  "assert math.isclose(f(), 1)"),
         _exercise("after", "def f():\n    return 1", "import math\nassert math.pi > 3.1 and same(f(), expected)"),
         _exercise("exits", "def f():\n    import os\n    os._exit(0)"),
         _exercise("loops", "def f():\n    while True:\n        pass"),
@@ -95,9 +98,12 @@ def test_each_exercise_runs_alone_and_rebinding_what_the_checks_use_scores_zero(
         _exercise("output", "def f():\n    print('x' * 2**21)\n    return 1"),
     ])
     assert replies[0]["error"] is None, done.stderr
-    assert replies["rebind"]["check_error"] and "same" in replies["rebind"]["tampered"], \
+    assert replies["rebind"]["check_error"] and "same" in replies["rebind"]["rebound"], \
         "the checker kept its own `same`; the answer's process reports what it rebound"
-    assert "math.isclose" in replies["module"]["tampered"]
+    assert replies["module"]["check_error"] and "math.isclose" in replies["module"]["rebound"]
+    assert not replies["module"]["tampered"], "rebinding in its own process is recorded, not tampering"
+    assert replies["honest"]["check_error"] is None and replies["honest"]["rebound"] == ["math.isclose"], \
+        "a right answer that rebinds a library name in its own process still passes"
     assert replies["after"]["check_error"] is None and not replies["after"]["tampered"], \
         "what one exercise changed is gone for the next"
     assert "the answer's process ended" in replies["exits"]["check_error"], replies["exits"]
@@ -128,7 +134,8 @@ def test_an_answer_that_changes_the_setups_files_is_caught_and_the_judge_starts_
 def test_after_a_changed_file_a_fresh_judge_grades_the_rest(tmp_path):
     setup = {"op": "setup", "index": 0, "code": "from pathlib import Path\nPath('files').mkdir()\n"
              "Path('files/x.txt').write_text('42')"}
-    config = GradingConfig(tmp_path / "subs", tmp_path / "out", repo=REPO, sandbox="none", cell_timeout=10)
+    config = GradingConfig(tmp_path / "subs", tmp_path / "out", repo=REPO, sandbox="none", cell_timeout=10,
+                           trusted=True)
     run = run_notebook([
         setup,
         _exercise("forge", "def f():\n    from pathlib import Path\n    Path('files/x.txt').write_text('7')\n"
@@ -160,3 +167,19 @@ def test_not_implemented_at_the_first_call_does_not_skip_the_visible_checks(tmp_
                                              "    if calls[0] == 1:\n        raise NotImplementedError()\n"
                                              "    return 0", check)])
     assert replies["dodge"]["check_error"].startswith("NotImplementedError"), replies["dodge"]
+
+
+def test_the_judge_says_what_starts_it_when_started_by_hand():
+    for args in (["--help"], [], ["{not json"]):
+        done = subprocess.run([sys.executable, "-m", "course.grading.inside.judge", *args], capture_output=True,
+                              text=True, cwd=REPO, timeout=60, check=False)
+        assert done.returncode == 2, done.stderr
+        assert "started by the grader" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_judge_refuses_privileges_the_grader_would_have_dropped(tmp_path):
+    limits = {"repo": str(REPO), "uid": 4242}
+    done = subprocess.run([sys.executable, "-m", "course.grading.inside.judge", str(limits).replace("'", '"')],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False,
+                          env={"PYTHONPATH": str(REPO)})
+    assert done.returncode == 2 and "its own uid 4242" in done.stderr, done.stderr

@@ -59,3 +59,72 @@ def test_the_architecture_doc_names_every_package():
     text = (REPO / "ARCHITECTURE.md").read_text()
     for package in ("common/", "common/fast/", "common/ddp/", "common/shards/", "common/fsdp/", "course/"):
         assert f"`{package}`" in text
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _course_imports() -> dict[str, set[str]]:
+    """Each module of ``course`` and the ``course`` modules it imports (``from a import b``: ``a.b``
+    where that is a module, else ``a``), at any depth of its code (``TYPE_CHECKING`` too)."""
+    modules = {_module_name(p): p for p in _modules("course")}
+    graph = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                          for a in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle of ``graph`` (a list of modules, the first again at the end), or []."""
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return [*path[path.index(nxt):], nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = "done"
+        return []
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return []
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_course_tooling_has_no_import_circle():
+    assert _cycle(_course_imports()) == []
+
+
+def test_what_runs_inside_the_sandbox_imports_nothing_of_the_host_side():
+    """The sandbox shows only ``course/grading/inside/`` (and the student-side ``course.checks``)."""
+    for name, imported in _course_imports().items():
+        if name.startswith("course.grading.inside"):
+            outside = {m for m in imported if not m.startswith("course.grading.inside")}
+            assert not outside, f"{name} imports {outside}"
+    init = REPO / "course" / "grading" / "__init__.py"
+    assert not _imports(init), "importing an inside module must not load the host side"
+
+
+def test_no_private_name_crosses_a_file_boundary_in_the_course_tooling():
+    for path in _modules("course"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("course"):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{path.relative_to(REPO)} imports {private} from {node.module}"

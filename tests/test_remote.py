@@ -1,4 +1,4 @@
-"""course.channel, course.codec and course.remote: only data crosses from an answer to its checker, and the
+"""course.grading.inside (channel, codec, remote): only data crosses from an answer to its checker, and the
 checker sees what the answer's calls did as if they had run in its own process."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import torch
 from PIL import Image
 from torch import nn
 
-from course.answering import Server
-from course.channel import ChannelError, Handle, loads_plain
-from course.codec import decode, encode
-from course.remote import Answer, Remote
+from course.grading.inside.answer import Server
+from course.grading.inside.channel import ChannelError, Handle, loads_plain
+from course.grading.inside.codec import decode, encode
+from course.grading.inside.remote import Answer, Remote
 
 
 def _round_trip(value):

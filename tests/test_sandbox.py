@@ -1,13 +1,14 @@
-"""course.sandbox: the file guard reports and undoes changes; the sandbox is probed, not assumed."""
+"""course.grading.sandbox: the file guard reports and undoes changes; the sandbox is probed, not assumed."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
 import pytest
 
-from course.sandbox import FileGuard, PrefixedKernelManager, bwrap_prefix, choose_sandbox
+from course.grading.sandbox import FileGuard, bwrap_prefix, choose_sandbox, setpriv_prefix
 
 
 def test_file_guard_reports_and_undoes_every_kind_of_change(tmp_path):
@@ -42,8 +43,6 @@ def test_bwrap_prefix_hides_folders_and_binds_only_the_working_copy(tmp_path):
     assert prefix[prefix.index(str(hidden)) - 1] == "--tmpfs", "a hidden folder is an empty tmpfs"
     assert prefix[prefix.index("--bind"):][:3] == ["--bind", str(work), str(work)]
     assert prefix.count("--bind") == 1, "only the working copy may be writable"
-    kernel = PrefixedKernelManager(kernel_name="python3", prefix=prefix)
-    assert kernel.format_kernel_cmd()[:len(prefix)] == prefix
 
 
 @pytest.mark.skipif(choose_sandbox("auto")[0] != "bwrap", reason="bubblewrap does not work here")
@@ -65,3 +64,20 @@ def test_bwrap_makes_everything_but_the_working_copy_read_only(tmp_path):
     assert done.stdout.strip() == "[]", "a hidden folder must look empty inside the sandbox"
     assert done.returncode != 0 and "Read-only file system" in done.stderr, done.stderr
     assert (hidden / "kept.txt").read_text() == "kept" and not elsewhere.exists()
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is not installed")
+def test_setpriv_sets_the_judges_privileges_on_its_command_line():
+    prefix = setpriv_prefix(None)
+    assert prefix[:2] == ["setpriv", "--no-new-privs"] and prefix[-1] == "--"
+    status = subprocess.run([*prefix, "cat", "/proc/self/status"], capture_output=True, text=True,
+                            timeout=30, check=True).stdout
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    assert fields["NoNewPrivs"].strip() == "1"
+    assert int(fields["CapEff"], 16) == 0, "no capability, as root too"
+    if os.geteuid() == 0:
+        assert int(fields["CapBnd"], 16) == 0, "and none an exec could give back"
+        own = setpriv_prefix(1_500_000_099)
+        status = subprocess.run([*own, "cat", "/proc/self/status"], capture_output=True, text=True,
+                                timeout=30, check=True).stdout
+        assert "Uid:\t1500000099\t1500000099\t1500000099" in status and "Groups:\t\n" in status.replace(" ", "")

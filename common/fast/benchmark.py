@@ -91,10 +91,6 @@ class BenchConfig:
     quick: bool = option(False, "tiny data, a few seconds (given flags still win)")
     progress: bool = option(True, "show progress bars")
 
-    @classmethod
-    def quick_config(cls, **overrides) -> BenchConfig:
-        return cls(**{**QUICK, "quick": True, **overrides})
-
 
 #: What ``--quick`` changes (flags given on the command line still win).
 QUICK = {"num_images": 32, "batch_size": 8, "repeats": 2, "num_workers": (0, 1), "min_seconds": 0.02}

@@ -1,9 +1,11 @@
-"""Run one graded notebook through judges (``course.judge``) inside the sandbox, from the grader's side.
+"""Starting judges and speaking to them, from the grader's side of the sandbox.
 
-``run_notebook`` starts a judge in a fresh working copy (under bubblewrap where it works, as
-root under a uid of its own), sends it the setup cells and exercises one request at a time,
-checks the repository after every reply, and starts a new judge for the exercises that are
-left when one is killed. Only the fields it knows are kept from each reply.
+``run_notebook`` starts a judge (``inside/judge.py``) in a fresh working copy, behind
+bubblewrap where it works and ``setpriv`` always (as root under a uid of its own), sends it
+the setup cells and exercises one request at a time, checks the repository after every
+reply when there is no sandbox, and starts a new judge for the exercises that are left when
+one is killed. Only the fields it knows are kept from each reply. The threat model is in
+``course/grading/__init__.py``.
 """
 
 from __future__ import annotations
@@ -19,31 +21,39 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from course.sandbox import FileGuard, bwrap_prefix, judge_uid, kill_uid, readable_by_others
+from course.grading.config import GradingConfig
+from course.grading.inside.channel import MAX_MESSAGE
+from course.grading.sandbox import (
+    FileGuard,
+    bwrap_prefix,
+    judge_uid,
+    kill_uid,
+    readable_by_others,
+    setpriv_prefix,
+)
 
-if TYPE_CHECKING:
-    from course.grading import GradingConfig
-
-MAX_MESSAGE = 400
 #: How the judge is started: no user site, no working directory on sys.path (``-P`` needs 3.11).
 JUDGE = [sys.executable, "-s", "-c", "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
-         "from course.judge import main; raise SystemExit(main())"]
+         "from course.grading.inside.judge import main; raise SystemExit(main())"]
+#: What the sandbox shows of the repository: the learner's package and what runs inside.
+EXPOSED = ("common", "pyproject.toml", "course/__init__.py", "course/checks.py", "course/assignments.py",
+           "course/grading/__init__.py", "course/grading/inside")
 
 
 @dataclass
 class Run:
-    """What the judges said about one notebook.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """What the judges said about one notebook."""
 
     replies: dict[str, dict] = field(default_factory=dict)
     setup_errors: dict[int, str] = field(default_factory=dict)
     changes: dict[str, list[str]] = field(default_factory=dict)  # exercise key or "(setup)"
     fatal: dict[str, str] = field(default_factory=dict)  # exercise key -> why the judge stopped
 
+
+def judge_command(limits: dict) -> list[str]:
+    """The judge's command line behind ``setpriv`` (which sets its privileges): no sandbox yet."""
+    return [*setpriv_prefix(limits["uid"]), *JUDGE, json.dumps(limits)]
 
 
 def _readline(proc: subprocess.Popen, buffer: bytearray, deadline: float) -> dict | None:
@@ -75,8 +85,8 @@ def _send(proc: subprocess.Popen, message: dict) -> bool:
     return True
 
 
-def _exchange(proc: subprocess.Popen, buffer: bytearray, request: dict, config: GradingConfig,
-              deadline: float) -> dict | None:
+def exchange(proc: subprocess.Popen, buffer: bytearray, request: dict, config: GradingConfig,
+             deadline: float) -> dict | None:
     """One request and its reply. An exercise goes in two steps: the answer, then (once the
     judge says ``ready``: the answer's process exists) the check cell, which that process never sees."""
     if request["op"] != "exercise":
@@ -111,7 +121,7 @@ def _closed_ancestor(path: Path) -> Path | None:
 def _prefix(workdir: Path, config: GradingConfig, sandbox: str, uid: int | None) -> list[str]:
     if sandbox != "bwrap":
         # Root with no uid to drop to: a PID namespace of its own, so that every process an answer
-        # starts (double-forked daemons too) dies with the judge (the judge also drops its capabilities)
+        # starts (double-forked daemons too) dies with the judge (setpriv drops its capabilities)
         if os.geteuid() == 0 and uid is None and shutil.which("unshare"):
             return ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
         return []
@@ -124,7 +134,7 @@ def _prefix(workdir: Path, config: GradingConfig, sandbox: str, uid: int | None)
     hidden = sorted(roots) + [repo / "chapters"]
     hidden += [p.resolve() for p in (config.sources, config.submissions, config.out)
                if p.is_dir() and not any(p.resolve().is_relative_to(r) for r in roots)]
-    exposed = [repo / "common", repo / "course", repo / "pyproject.toml"]
+    exposed = [repo / p for p in EXPOSED if (repo / p).exists()]
     exposed += [p for p in pythons if any(p.is_relative_to(r) for r in roots)]
     return bwrap_prefix(workdir, hidden, exposed)
 
@@ -149,7 +159,7 @@ def _judge(requests: list[dict], tmp: Path, config: GradingConfig, sandbox: str,
               "processes": config.processes, "open_files": config.open_files, "file_mb": config.file_mb}
     deadline = time.monotonic() + config.timeout
     with open(tmp / "judge.err", "wb") as errors:
-        proc = subprocess.Popen([*_prefix(workdir, config, sandbox, uid), *JUDGE, json.dumps(limits)],
+        proc = subprocess.Popen([*_prefix(workdir, config, sandbox, uid), *judge_command(limits)],
                                 cwd=workdir, env=_environment(workdir, config), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=errors, start_new_session=True)
     buffer = bytearray()
@@ -158,7 +168,7 @@ def _judge(requests: list[dict], tmp: Path, config: GradingConfig, sandbox: str,
         while left:
             request = left[0]
             key = request.get("key", "(setup)")
-            reply = _exchange(proc, buffer, request, config, deadline)
+            reply = exchange(proc, buffer, request, config, deadline)
             left.pop(0)
             changes = guard.changes() if guard else []
             if changes:
@@ -201,10 +211,7 @@ def _stop(proc: subprocess.Popen, uid: int | None) -> None:
 
 def run_notebook(requests: list[dict], student: str, config: GradingConfig, sandbox: str,
                   guard: FileGuard | None) -> Run:
-    """Run the requests, starting a new judge (setup again) after one was killed.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """Run the requests, starting a new judge (setup again) after one was killed."""
     run = Run()
     left = requests if any(r["op"] == "exercise" for r in requests) else []
     while left:
@@ -219,10 +226,7 @@ def run_notebook(requests: list[dict], student: str, config: GradingConfig, sand
 
 
 def may_drop(config: GradingConfig, sandbox: str) -> bool:
-    """As root, run each judge under a uid of its own: inside bubblewrap always, else if it can read.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """As root, run each judge under a uid of its own: inside bubblewrap always, else if it can read."""
     if os.geteuid() != 0:
         return False
     needed = (config.repo / "common" / "__init__.py", Path(os.__file__), Path(sys.executable))

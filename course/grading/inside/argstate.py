@@ -6,15 +6,13 @@ order both processes agree on) are the ones a check may look at afterwards: ``w.
 ``model.training``, BatchNorm statistics, an optimizer's momentum, a generator's position.
 ``state_of`` captures each after the call; the reply carries them as data, and ``apply_state``
 puts them into the checker's originals in place.
-
-Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
 """
 
 from __future__ import annotations
 
 import sys
 
-from course.channel import ChannelError
+from course.grading.inside.channel import ChannelError
 
 
 def _kind(value: object) -> str | None:
@@ -54,10 +52,7 @@ def leaves(value: object, skip, found: list | None = None, seen: set | None = No
 
 
 def state_of(value: object) -> tuple:
-    """The answer side: what a call left in one of its arguments (encoded with the reply).
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """The answer side: what a call left in one of its arguments (encoded with the reply)."""
     kind = _kind(value) or "?"
     if kind == "t":
         grad = None if value.grad is None else value.grad.detach()
@@ -95,10 +90,7 @@ def _set_grad(target, grad, requires_grad: bool) -> None:  # noqa: ANN001
 
 
 def apply_state(target: object, state: tuple) -> None:
-    """The checker side: give one of its own arguments the state the answer left in it.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """The checker side: give one of its own arguments the state the answer left in it."""
     kind = _kind(target)
     if type(state) is not tuple or not state or state[0] != kind:
         raise ChannelError("the answer's process sent the state of a different argument")

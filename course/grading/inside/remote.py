@@ -1,10 +1,10 @@
 """Calls between an exercise's checker and the process that runs the student's answer.
 
-The checker (``course.judge``) never runs student code. The answer runs in a process of its
+The checker (``checker``) never runs student code (the threat model: ``course/grading/__init__.py``). The answer runs in a process of its
 own, forked before the checker has read the check cell. In the check's namespace each name
 the answer defines is a :class:`Remote`: calling it, indexing it, iterating it or reading an
 attribute sends a request over a socket, and the answer process replies with data
-(``course.channel``) or with a handle to an object that stays there. Arguments go the other
+(``channel``, ``codec``) or with a handle to an object that stays there. Arguments go the other
 way by value (pickled; the answer process may read what the checker sends), except the
 checker's own functions, generators and objects of check-cell classes, which the answer
 process gets as :class:`Peer` objects and calls back through the same socket.
@@ -22,8 +22,6 @@ A handle supports calls, attributes, ``[]``, ``len``, iteration, ``in``, ``repr`
 ``isinstance`` against classes the checker has imported; it does not compare, add or convert
 (``==`` is identity, ``bool()`` raises), so an object of the student's own making cannot
 claim to equal an expected value.
-
-Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
 """
 
 from __future__ import annotations
@@ -37,8 +35,8 @@ import socket
 import sys
 import types
 
-from course.argstate import apply_state, leaves
-from course.channel import (
+from course.grading.inside.argstate import apply_state, leaves
+from course.grading.inside.channel import (
     ChannelError,
     Handle,
     PeerRef,
@@ -47,14 +45,14 @@ from course.channel import (
     receive,
     send,
 )
-from course.codec import _is_plain, claimable, decode
+from course.grading.inside.codec import claimable, decode, is_plain
 
 #: What the answer process may ask of the checker's objects (public attributes only).
 PEER_OPS = ("call", "getattr", "getitem", "len", "iter", "next", "contains", "repr", "str")
 _CURRENT: list[Answer] = []
 
 
-def _rng_state() -> tuple:
+def rng_state() -> tuple:
     """The checker's random state, sent with every request: each call starts from it. One way
     only: the answer's draws (or seeds) never move the checker's generators."""
     state = [random.getstate()]
@@ -65,7 +63,8 @@ def _rng_state() -> tuple:
     return tuple(state)
 
 
-def _set_rng_state(state: tuple | None) -> None:
+def set_rng_state(state: tuple | None) -> None:
+    """Take the random state a request brought (``rng_state`` of the other side); None: keep."""
     if state is None:
         return
     try:
@@ -79,10 +78,7 @@ def _set_rng_state(state: tuple | None) -> None:
 
 
 def becomes_peer(value: object) -> bool:
-    """Checker objects the answer gets as a ``Peer``: check-cell functions, classes, generators.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """Checker objects the answer gets as a ``Peer``: check-cell functions, classes, generators."""
     kind = type(value)
     if kind is Remote:
         return False
@@ -102,10 +98,7 @@ def _claimed(classes: tuple) -> type:
 
 
 class Remote:
-    """A handle, in the checker, to an object in the answer's process.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """A handle, in the checker, to an object in the answer's process."""
 
     __slots__ = ("_answer", "_id", "_class")
 
@@ -226,10 +219,7 @@ def _exception(remote: RemoteException) -> BaseException:
 
 
 class Answer:
-    """The checker's end of the socket to one answer process.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """The checker's end of the socket to one answer process."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock, self.remotes, self.peers, self.peer_ids = sock, {}, {}, {}
@@ -269,7 +259,7 @@ class Answer:
     def request(self, op: str, target: int, args: tuple) -> object:
         """Ask the answer process; serve its calls back meanwhile; apply what it did to ``args``."""
         mine = leaves(args, _skip_on_checker)
-        self._send(("req", op, target, args, _rng_state()))
+        self._send(("req", op, target, args, rng_state()))
         while True:
             message = loads_plain(receive(self.sock))
             if type(message) is not tuple or not message or message[0] not in ("ret", "req"):
@@ -277,7 +267,7 @@ class Answer:
             if message[0] == "req":
                 self._serve(message)
                 continue
-            if len(message) != 5 or not _is_plain(message[3]):
+            if len(message) != 5 or not is_plain(message[3]):
                 raise ChannelError("the answer's process sent a malformed reply")
             _, ok, value, states, _ = message  # the answer's random state is its own
             states = self._decode(states)
@@ -312,16 +302,13 @@ class Answer:
         except Exception as error:  # noqa: BLE001 - goes back to the answer as its exception
             value, ok = error, False
         try:
-            self._send(("ret", ok, value, _rng_state()))
+            self._send(("ret", ok, value, rng_state()))
         except Exception as error:  # noqa: BLE001 - e.g. an exception that does not pickle
-            self._send(("ret", False, RuntimeError(f"{type(error).__name__}: {error}"), _rng_state()))
+            self._send(("ret", False, RuntimeError(f"{type(error).__name__}: {error}"), rng_state()))
 
 
 def perform(op: str, obj: object, args: tuple) -> object:  # noqa: C901, PLR0911
-    """Do one request on an object (either side).
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """Do one request on an object (either side)."""
     if op == "call":
         return obj(*args[0], **args[1])
     if op == "getattr":

@@ -1,16 +1,14 @@
-"""The data-only channel from a student's answer process to its checker: framing and a safe codec.
+"""The data-only channel from a student's answer process to its checker: framing and a safe unpickler.
 
-Whatever the answer process sends is untrusted. It is encoded as a tree of plain values
+Whatever the answer process sends is untrusted (the threat model: ``course/grading/__init__.py``). It is encoded as a tree of plain values
 (``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, tuples, lists and dicts of them),
 pickled, and read back by :class:`_Plain`, an unpickler that refuses every global: no class
 can be looked up, so nothing can be constructed or called while reading (the restricted
 unpickler of the ``pickle`` documentation, restricted to nothing). :func:`decode` then builds
-the few value types the checks compare, from their bytes, with exact types (``course.codec``):
+the few value types the checks compare, from their bytes, with exact types (``codec``):
 a tensor is a ``torch.Tensor`` made by ``torch.frombuffer``, never an object of the student's
 class. Anything else the answer returns becomes a :class:`Handle`, an id the checker can only
-ask the answer process about (see ``course.remote``).
-
-Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
+ask the answer process about (see ``remote``).
 """
 
 from __future__ import annotations
@@ -23,6 +21,8 @@ from dataclasses import dataclass
 
 #: Largest message either side accepts (a submission's output beyond it is an error, not memory).
 MAX_BYTES = 256 * 2**20
+#: Longest text (an error, a check's message) that one exercise's result carries to the report.
+MAX_MESSAGE = 400
 MAX_DEPTH = 40
 
 
@@ -30,8 +30,6 @@ class ChannelError(BaseException):
     """The answer process died or sent something that is not a valid message.
 
     A ``BaseException``, so that a check's ``except Exception`` cannot swallow it.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
 
 
@@ -60,10 +58,7 @@ class RemoteException:
 
 
 def send(sock: socket.socket, payload: bytes) -> None:
-    """One message: an 8-byte length, then the payload.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """One message: an 8-byte length, then the payload."""
     try:
         sock.sendall(struct.pack("!Q", len(payload)))
         sock.sendall(payload)
@@ -86,10 +81,7 @@ def _exactly(sock: socket.socket, size: int) -> bytearray:
 
 
 def receive(sock: socket.socket) -> bytearray:
-    """The next message's payload; ``ChannelError`` if the peer is gone or it is too large.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """The next message's payload; ``ChannelError`` if the peer is gone or it is too large."""
     (size,) = struct.unpack("!Q", _exactly(sock, 8))
     if size > MAX_BYTES:
         raise ChannelError(f"the answer's process sent {size / 2**20:.0f} MiB, more than "
@@ -106,10 +98,7 @@ class _Plain(pickle.Unpickler):
 
 
 def loads_plain(payload: bytes) -> object:
-    """Unpickle plain values only (no globals, no persistent ids).
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """Unpickle plain values only (no globals, no persistent ids)."""
     try:
         return _Plain(io.BytesIO(payload)).load()
     except ChannelError:

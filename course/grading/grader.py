@@ -1,124 +1,41 @@
-"""Grade submitted exercise notebooks: ``python -m course.grading --submissions DIR --out DIR``.
+"""The grader: submissions in, one judge run per notebook, scores and the report out.
 
-Submissions are ``DIR/<student>/**/<exNN_name>.ipynb`` (nbgrader's ``submitted/<student>/
-<assignment>/`` layout works too). Only a submission's answer cells are used, matched by
-``grade_id``; everything else, the visible and hidden checks included, comes from the
-instructor source. A submission that is a symbolic or hard link is refused, not followed.
-
-Threat model: a student may hand in any code, written to raise their own or anyone's score.
-
-- *Who runs what.* The grader never runs student code. It starts a judge (``course.judge``)
-  in a fresh working copy and feeds it the instructor's setup cells; the judge runs only
-  those. For each exercise it forks a checker and an answer process (``course.checker``):
-  the answer process runs the answer cells (refused unless their top level is only imports,
-  ``def``, ``class`` and constants) in plain Python (no IPython: input and AST transformers do
-  not exist) and serves calls; the checker runs the check cell, in which the answer's names
-  are handles whose calls come back as data only (``course.remote``, ``course.channel``).
-  The checker reports JSON through a pipe of its own, and the grader keeps only the fields it
-  knows. So an answer earns its own exercise's points by the data it returns and nothing
-  else: it can never raise another exercise's or another student's score.
-- *The sandbox* (bubblewrap, where it works): the machine read-only, the repository hidden
-  except ``common/`` and ``course/`` (no ``.git``, ``tests/``, exercise sources), the
-  submissions and the report hidden, no network, its own PID namespace (everything ends with
-  it), the working copy writable and holding no checks. As root, each judge runs under a uid
-  of its own. Each exercise has limits on memory, CPU time, processes, open files and file
-  size, and a wall-clock limit; hitting one scores zero with a message saying which.
-- *Without bubblewrap* the grader says loudly that it is unsafe for untrusted submissions,
-  and still: refuses links, keeps the report in memory until every submission's processes
-  are dead (the judge is a child subreaper; as root all processes of its uid are killed),
-  survives a killed judge (the exercises after the culprit are graded by a new one), and
-  hashes the repository (new files included) after every exercise: a change zeroes that
-  exercise, is undone, and is recorded in ``integrity``.
-
-Writes ``grades.csv`` and ``grades.json`` (student, exercise, points, max_points, message;
-``grades.json`` adds totals, the sandbox mode and structured ``integrity`` records) and
-feedback notebooks under ``feedback/<student>/``: the student's answers and, under each check
-cell (hidden checks removed), the check's name, points and message.
+``python -m course.grading --submissions DIR --out DIR`` (``--help`` for the limits). A
+submission's answer cells are put into the instructor source (``graded_notebook``); answer
+cells that would run code before the checks are refused here (``answer_rules``), the rest
+is run by judges (``judges``) inside the sandbox, and each reply becomes a row
+(``score``). The threat model is in ``course/grading/__init__.py``.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import site
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import nbformat
 
-from common.cli import option, parse_config
-from common.paths import repo_root
-from course.assignments import STUB, Exercise, exercises_of, instructor_sources, strip_hidden_tests
-from course.judge import answer_problems
-from course.judging import Run, may_drop, run_notebook
-from course.sandbox import FileGuard, choose_sandbox
-
-MAX_MESSAGE = 400
-
-
-@dataclass
-class GradingConfig:
-    """What to grade and how strictly. The command line is built from these fields.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
-
-    submissions: Path = option(None, "folder with one sub-folder per student")
-    out: Path = option(Path("build/grades"), "report folder (grades.csv, grades.json, feedback/)")
-    sources: Path | None = option(None, "instructor sources (default: chapters/exercises)")
-    repo: Path | None = option(None, "the repository checkout (default: found from here)")
-    notebooks: tuple[str, ...] = option((), "grade only these (e.g. ex01_pytorch_basics); missing "
-                                        "ones score 0", nargs="*")
-    timeout: float = option(300.0, "seconds per notebook")
-    cell_timeout: float = option(60.0, "seconds per exercise (answer and checks)")
-    sandbox: str = option("auto", "bwrap: bubblewrap sandbox; none: unsandboxed; auto: bwrap if "
-                          "available", choices=("auto", "bwrap", "none"))
-    memory_mb: int = option(2048, "memory an exercise may add, MiB")
-    cpu_seconds: int = option(120, "CPU seconds per process of an exercise")
-    processes: int = option(64, "processes an exercise may run at once")
-    open_files: int = option(256, "open files per process")
-    file_mb: int = option(64, "largest file (and output) an exercise may write, MiB")
-
-    def __post_init__(self) -> None:
-        self.repo = Path(self.repo) if self.repo else repo_root()
-        self.sources = Path(self.sources) if self.sources else self.repo / "chapters" / "exercises"
+from common.cli import parse_config
+from course.assignments import STUB, Exercise, exercises_of, instructor_sources
+from course.grading.config import GradingConfig, Integrity, Result
+from course.grading.inside.answer_rules import answer_problems
+from course.grading.inside.channel import MAX_MESSAGE
+from course.grading.judges import Run, may_drop, run_notebook
+from course.grading.report import write_feedback, write_report
+from course.grading.sandbox import FileGuard, choose_sandbox
 
 
-@dataclass
-class Result:
-    """One row of the report.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
-
-    student: str
-    exercise: str
-    points: float
-    max_points: float
-    message: str
-
-
-@dataclass
-class Integrity:
-    """A change to the instructor's files (or the checker) that a submission made; undone.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
-
-    student: str
-    exercise: str
-    kind: str  # "files" (changed, created or deleted; undone) or "checker" (rebound references)
-    details: list[str]
+class SandboxRequired(RuntimeError):
+    """The sandbox does not work (or was turned off) and the input was not declared trusted."""
 
 
 def find_submissions(config: GradingConfig, names: list[str]) -> list[tuple[str, str, Path | None]]:
     """``(student, notebook, path)`` per student folder and notebook; path None if missing.
 
     Symbolic links are listed (and refused when read), never followed.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     found = []
     for folder in sorted(p for p in Path(config.submissions).iterdir() if p.is_dir()):
@@ -135,8 +52,6 @@ def read_submission(path: Path, folder: Path) -> nbformat.NotebookNode:
 
     Raises:
         ValueError: Naming the link.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     for part in [path, *path.parents]:
         if part == folder.parent:
@@ -152,10 +67,7 @@ def read_submission(path: Path, folder: Path) -> nbformat.NotebookNode:
 
 def graded_notebook(source: nbformat.NotebookNode, submission: nbformat.NotebookNode,
                     exercises: list[Exercise]) -> tuple[nbformat.NotebookNode, set[str]]:
-    """The instructor source with the submission's answer cells; also the keys missing.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """The instructor source with the submission's answer cells; also the keys missing."""
     answers: dict[str, str] = {}
     for cell in submission.cells:
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
@@ -175,7 +87,7 @@ def graded_notebook(source: nbformat.NotebookNode, submission: nbformat.Notebook
     return graded, missing
 
 
-def _requests(nb: nbformat.NotebookNode, exercises: list[Exercise], refused: dict[str, str]) -> list[dict]:
+def judge_requests(nb: nbformat.NotebookNode, exercises: list[Exercise], refused: dict[str, str]) -> list[dict]:
     """The judge's requests in notebook order: setup cells, and one per exercise at its check cell."""
     by_tests = {e.tests_cell: e for e in exercises}
     answers = {e.answer_cell for e in exercises}
@@ -192,7 +104,9 @@ def _requests(nb: nbformat.NotebookNode, exercises: list[Exercise], refused: dic
     return requests
 
 
-def _score(exercise: Exercise, run: Run, refused: dict[str, str], missing: set[str]) -> tuple[float, str]:
+def score(exercise: Exercise, run: Run, refused: dict[str, str], missing: set[str]) -> tuple[float, str]:
+    """Points and message of one exercise from what the judges said; the answer's integrity record
+    (``rebound``) is not a score."""
     if exercise.key in missing:
         return 0.0, f"the answer cell '{exercise.key}-answer' is missing from the submission"
     if exercise.key in refused:
@@ -208,7 +122,7 @@ def _score(exercise: Exercise, run: Run, refused: dict[str, str], missing: set[s
     if reply.get("fatal"):
         return 0.0, str(reply["fatal"])[:MAX_MESSAGE]
     if reply.get("tampered"):
-        return 0.0, ("tampered with the checker or its files ("
+        return 0.0, ("tampered with the checks or the setup's files ("
                      + ", ".join(map(str, reply["tampered"])) + ")")[:MAX_MESSAGE]
     answer_error = reply.get("answer_error")
     check_error = reply.get("check_error")
@@ -224,10 +138,7 @@ def _score(exercise: Exercise, run: Run, refused: dict[str, str], missing: set[s
 
 def grade_notebook(student: str, source_path: Path, submission_path: Path | None, config: GradingConfig,
                    sandbox: str, guard: FileGuard | None) -> tuple[list[Result], list[Integrity]]:
-    """Grade one submitted notebook; never raises for anything the submission does.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """Grade one submitted notebook; never raises for anything the submission does."""
     source = nbformat.read(source_path, as_version=4)
     exercises = exercises_of(source, name=source_path.name)
     notebook = source_path.stem
@@ -240,63 +151,29 @@ def grade_notebook(student: str, source_path: Path, submission_path: Path | None
     nb, missing = graded_notebook(source, submission, exercises)
     refused = {e.key: why for e in exercises if e.key not in missing
                and (why := answer_problems(nb.cells[e.answer_cell].source))}
-    run = run_notebook(_requests(nb, exercises, refused | {k: "" for k in missing}), student,
+    run = run_notebook(judge_requests(nb, exercises, refused | {k: "" for k in missing}), student,
                         config, sandbox, guard)
     results, integrity = [], []
     for exercise in exercises:
-        points, message = _score(exercise, run, refused, missing)
+        points, message = score(exercise, run, refused, missing)
         results.append(Result(student, f"{notebook}/{exercise.key}", points, exercise.points, message))
         reply = run.replies.get(exercise.key) or {}
-        if reply.get("tampered"):
-            integrity.append(Integrity(student, f"{notebook}/{exercise.key}", "checker",
-                                       [str(t) for t in reply["tampered"]]))
+        for kind, field in (("checker", "tampered"), ("rebound", "rebound")):
+            if reply.get(field):
+                integrity.append(Integrity(student, f"{notebook}/{exercise.key}", kind,
+                                           [str(t) for t in reply[field]]))
     for key, changes in run.changes.items():
         integrity.append(Integrity(student, f"{notebook}/{key}", "files", changes))
     if "(setup)" in run.changes:  # changed while an instructor cell ran: reported, worth nothing
         message = "changed files outside its working copy (undone): " + "; ".join(run.changes["(setup)"])
         results.append(Result(student, f"{notebook}/(setup)", 0.0, 0.0, message[:MAX_MESSAGE]))
-    _write_feedback(nb, exercises, results, config.out / "feedback" / student / source_path.name)
+    write_feedback(nb, exercises, results, config.out / "feedback" / student / source_path.name)
     return results, integrity
 
 
 def zero_rows(student: str, notebook: str, exercises: list[Exercise], message: str) -> list[Result]:
-    """Zero points for every exercise of a notebook, with one message.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """Zero points for every exercise of a notebook, with one message."""
     return [Result(student, f"{notebook}/{e.key}", 0.0, e.points, message) for e in exercises]
-
-
-def _write_feedback(nb: nbformat.NotebookNode, exercises: list[Exercise], results: list[Result],
-                    path: Path) -> None:
-    """The answers, and under each check cell (hidden checks removed) its name, points and message."""
-    rows = {r.exercise.rsplit("/", 1)[1]: r for r in results}
-    for exercise in exercises:
-        cell, row = nb.cells[exercise.tests_cell], rows[exercise.key]
-        cell.source = strip_hidden_tests(cell.source)
-        text = f"{exercise.key}: {row.points:g} / {row.max_points:g} points: {row.message}\n"
-        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, path)
-
-
-def write_report(results: list[Result], out: Path, info: dict) -> None:
-    """Write ``grades.csv`` and ``grades.json`` (rows, totals per student, sandbox, integrity).
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "grades.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(Result.__dataclass_fields__))
-        writer.writeheader()
-        writer.writerows(asdict(r) for r in results)
-    totals: dict[str, dict[str, float]] = {}
-    for r in results:
-        total = totals.setdefault(r.student, {"points": 0.0, "max_points": 0.0})
-        total["points"] += r.points
-        total["max_points"] += r.max_points
-    report = {**info, "totals": totals, "results": [asdict(r) for r in results]}
-    (out / "grades.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
 
 
 def _guard(config: GradingConfig) -> FileGuard:
@@ -309,15 +186,15 @@ def _guard(config: GradingConfig) -> FileGuard:
 
 
 def grade(config: GradingConfig) -> tuple[list[Result], dict]:
-    """Grade every submission under ``config.submissions``; returns the rows and run info.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """Grade every submission under ``config.submissions``; returns the rows and run info."""
     sources = {p.stem: p for p in instructor_sources(config.sources)}
     unknown = set(config.notebooks) - set(sources)
     if unknown:
         raise ValueError(f"no instructor source for {sorted(unknown)} in {config.sources}")
     sandbox, why = choose_sandbox(config.sandbox)
+    if sandbox != "bwrap" and not config.trusted:
+        raise SandboxRequired(f"{why}; without the sandbox, grading runs only with --trusted "
+                              "(for submissions you trust; nothing protects the machine from them)")
     if sandbox != "bwrap":
         print(f"WARNING: {why}", file=sys.stderr, flush=True)
     # Under bubblewrap the repository and site-packages are read-only to the student: a change
@@ -337,15 +214,19 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
         integrity += problems
     uid_note = "" if os.geteuid() != 0 or may_drop(config, sandbox) else \
         " (root, but the judges run as root: make the repository and Python readable by others)"
-    info = {"sandbox": sandbox, "sandbox_note": why + uid_note,
+    info = {"sandbox": sandbox, "trusted": config.trusted, "sandbox_note": why + uid_note,
             "integrity": [asdict(problem) for problem in integrity]}
     return results, info
 
 
 def _check(config: GradingConfig) -> dict[str, str]:
+    problems = {}
     if config.submissions is None or not Path(config.submissions).is_dir():
-        return {"submissions": f"{config.submissions} is not a folder (one sub-folder per student)"}
-    return {}
+        problems["submissions"] = f"{config.submissions} is not a folder (one sub-folder per student)"
+    if config.sandbox == "none" and not config.trusted:
+        problems["sandbox"] = ("none runs student code without a sandbox: add --trusted, only for "
+                               "submissions you trust")
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -353,11 +234,18 @@ def main(argv: list[str] | None = None) -> int:
                           validate=_check)
     config.submissions, config.out = config.submissions.resolve(), config.out.resolve()
     config.sources = config.sources.resolve()
-    results, info = grade(config)
+    try:
+        results, info = grade(config)
+    except SandboxRequired as error:
+        print(f"python -m course.grading: error: {error}", file=sys.stderr)
+        return 2
     write_report(results, config.out, info)
     print(f"sandbox: {info['sandbox_note']}")
+    if info["sandbox"] != "bwrap":
+        print("graded WITHOUT the sandbox: the input was declared trusted (--trusted)")
     for problem in info["integrity"]:
-        print(f"WARNING {problem['student']} {problem['exercise']}: {problem['kind']}: "
+        print(f"{'NOTE' if problem['kind'] == 'rebound' else 'WARNING'} {problem['student']} "
+              f"{problem['exercise']}: {problem['kind']}: "
               + "; ".join(problem["details"]), file=sys.stderr)
     totals = json.loads((config.out / "grades.json").read_text())["totals"]
     for student, total in totals.items():

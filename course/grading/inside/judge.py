@@ -1,16 +1,17 @@
-"""The judge that runs inside the sandbox: instructor setup in one process, two more per exercise.
+"""The judge, inside the sandbox: instructor setup in one process, two more per exercise.
 
-``course.grading`` starts the judge (under bubblewrap where it works) and talks to it in JSON
-lines: setup cells one at a time, then per exercise the student's answer cell; the judge forks
-the exercise's checker and answer processes (``course.checker``), replies ``ready``, and only
-then is sent the check cell, which it passes to the checker. One reply per request. The judge
-itself only ever runs instructor code. Each exercise's processes start from the same clean
-state and never see the grader's channel or another exercise's processes, so whatever an answer
-does can only decide its own exercise's points; ``course.checker`` says why it cannot decide
-even those beyond what its data earns. After each exercise the judge kills every process left
-behind (it is a child subreaper, so double-forked daemons come back to it), removes the files
-that were created, and, if a file that existed before was changed by the answer, says so and
-stops: the grader starts a fresh judge for the rest.
+Started by the grader (``course.grading.judges``) as ``python -m course.grading.inside.judge
+LIMITS_JSON``, behind bubblewrap and ``setpriv``, in a fresh working copy. It speaks JSON
+lines on stdin/stdout: setup cells one at a time, then per exercise the student's answer
+cell; the judge forks the exercise's checker, which forks the answer process
+(``checker``, ``answer``), replies ``ready``, and only then is sent the check cell, which
+it passes to the checker. One reply per request. The judge itself only ever runs
+instructor code. Each exercise's processes start from the same clean state and never see
+the grader's channel or another exercise's processes. After each exercise the judge kills
+every process left behind (it is a child subreaper, so double-forked daemons come back to
+it), removes the files that were created, and, if a file that existed before was changed
+by the answer, says so and stops: the grader starts a fresh judge for the rest. The threat
+model is in ``course/grading/__init__.py``.
 """
 
 from __future__ import annotations
@@ -25,39 +26,35 @@ import time
 import traceback
 import types
 
-from course.answer_rules import answer_problems
-from course.checker import MAX_MESSAGE, _run, _settle_imports, checker_process
+import psutil
 
-__all__ = ["answer_problems", "kill_strays", "main", "MAX_MESSAGE"]
+from course.grading.inside.answer import settle_imports
+from course.grading.inside.cells import run_cell
+from course.grading.inside.checker import checker_process
 
+#: prctl(2) options the command line cannot set (``setpriv`` has no flag for them).
+PR_SET_DUMPABLE = 4  # 0: no ptrace of the judge or its forks, no reading their memory or descriptors
+PR_SET_CHILD_SUBREAPER = 36  # orphans of the exercises come back to the judge
+USAGE = """\
+usage: python -m course.grading.inside.judge LIMITS_JSON
 
-def _children() -> list[int]:
-    me, found = str(os.getpid()), []
-    with os.scandir("/proc") as entries:
-        for entry in entries:
-            try:
-                with open(f"/proc/{entry.name}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[1] == me:
-                found.append(int(entry.name))
-    return found
+The judge of course.grading: it runs inside the sandbox and is started by the grader
+(`python -m course.grading --submissions DIR`), which speaks JSON lines to it on stdin and
+stdout. It is not meant to be started by hand. LIMITS_JSON is one JSON object: repo, uid,
+cell_timeout, memory_mb, cpu_seconds, processes, open_files, file_mb."""
 
 
 def kill_strays() -> None:
-    """Kill and reap every child of this process until none is left (orphans come back to it).
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """Kill and reap every child of this process until none is left (orphans come back to it)."""
+    me = psutil.Process()
     for _ in range(1000):
-        strays = _children()
+        strays = me.children()
         if not strays:
             return
-        for pid in strays:
+        for child in strays:
             try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+                os.kill(child.pid, signal.SIGKILL)
+                os.waitpid(child.pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
 
@@ -164,7 +161,7 @@ def _why(status: int, timed_out: bool, limits: dict) -> str:
 
 
 def _exercise(request: dict, module: types.ModuleType, limits: dict, io: tuple) -> dict:
-    _settle_imports()  # once here, not in every answer process
+    settle_imports()  # once here, not in every answer process
     root = os.getcwd()
     before, stats = _files(root), _stats(root)
     (ready_r, ready_w), (check_r, check_w), (report_r, report_w) = os.pipe(), os.pipe(), os.pipe()
@@ -187,11 +184,13 @@ def _exercise(request: dict, module: types.ModuleType, limits: dict, io: tuple) 
     os.lseek(1, 0, os.SEEK_SET)
     try:
         got = json.loads(payload.decode())
-        result = {k: got.get(k) for k in ("answer_error", "check_error", "tampered")}
-        result["tampered"] = [str(t) for t in result["tampered"]] if isinstance(result["tampered"], list) else []
+        result = {k: got.get(k) for k in ("answer_error", "check_error", "tampered", "rebound")}
+        for key in ("tampered", "rebound"):
+            result[key] = [str(t) for t in result[key]] if isinstance(result[key], list) else []
         written = got.get("written") if isinstance(got.get("written"), list) else []
     except (ValueError, UnicodeDecodeError, AttributeError):
-        result = {"answer_error": None, "check_error": None, "tampered": [], "fatal": _why(status, timed_out, limits)}
+        result = {"answer_error": None, "check_error": None, "tampered": [], "rebound": [],
+                  "fatal": _why(status, timed_out, limits)}
         written = []
     changed = _changed_files(stats, written, root)
     _remove_new(root, before)
@@ -201,38 +200,48 @@ def _exercise(request: dict, module: types.ModuleType, limits: dict, io: tuple) 
 
 
 def _prctl(option: int, value: int) -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
-
-
-def _become(uid: int) -> None:
-    """Drop root for a uid of this judge alone: rlimits then hold, and nothing else can be signalled."""
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
-
-
-def _drop_capabilities() -> None:
-    """Stay uid 0 but hold no capability: no ptrace of the (undumpable) checker, no reading of its
-    descriptors through ``/proc``, no signals to other users. For root judges with no uid of
-    their own (no bubblewrap, and an interpreter others cannot read)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    for capability in range(64):  # the bounding set (past the last capability this fails: fine)
-        libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP
-    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-    if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:
-        raise OSError(ctypes.get_errno(), "capset: cannot drop the judge's capabilities")
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
 
 
-def main() -> int:
-    limits = json.loads(sys.argv[1])
-    if limits.get("uid") is not None and os.getuid() == 0:
-        _become(limits["uid"])
-    elif os.getuid() == 0:
-        _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS first: an exec cannot give the capabilities back
-        _drop_capabilities()
-    _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans of the exercises come back to the judge
-    _prctl(4, 0)  # PR_SET_DUMPABLE 0: an exercise cannot ptrace the judge or read its memory
-    _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
+def _effective_capabilities() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1], 16) for line in status if line.startswith("CapEff:"))
+
+
+def _privileges_problem(limits: dict) -> str | None:
+    """Why this judge must not run: its privileges were not set by the grader's command line."""
+    uid = limits.get("uid")
+    if uid is not None and (os.getuid(), os.geteuid()) != (uid, uid):
+        return f"runs as uid {os.getuid()}, not its own uid {uid}: start it through the grader (setpriv)"
+    if os.geteuid() == 0 and _effective_capabilities():
+        return "runs as root with capabilities: start it through the grader (setpriv drops them)"
+    return None
+
+
+def _limits(argv: list[str]) -> dict | None:
+    """The limits the grader passes as one JSON object, or None for anything else (``--help``)."""
+    if len(argv) != 1:
+        return None
+    try:
+        limits = json.loads(argv[0])
+    except ValueError:
+        return None
+    return limits if isinstance(limits, dict) and "repo" in limits else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    limits = _limits(sys.argv[1:] if argv is None else argv)
+    if limits is None:
+        print(USAGE, file=sys.stderr)
+        return 2
+    problem = _privileges_problem(limits)
+    if problem:
+        print(f"course.grading.inside.judge: {problem}", file=sys.stderr)
+        return 2
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(PR_SET_DUMPABLE, 0)
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     requests = os.fdopen(os.dup(0), "r")
     null = os.open(os.devnull, os.O_RDONLY)
@@ -247,7 +256,7 @@ def main() -> int:
     while line := requests.readline():
         request = json.loads(line)
         if request["op"] == "setup":
-            error = _run(request["code"], module.__dict__, f"<setup cell {request['index']}>", limits)
+            error = run_cell(request["code"], module.__dict__, f"<setup cell {request['index']}>", limits)
             reply = {"op": "setup", "index": request["index"], "error": error}
         elif request["op"] == "exercise":
             reply = _exercise({**request, "earlier": list(earlier)}, module, limits, (requests, replies))

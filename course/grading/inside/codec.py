@@ -2,11 +2,9 @@
 
 ``encode`` runs in the answer's process: data becomes tagged tuples of primitives (a tensor
 is its dtype, shape and bytes), anything else a handle. ``decode`` runs in the checker, on a
-tree that ``course.channel.loads_plain`` read: it rebuilds tensors with ``torch.frombuffer``,
+tree that ``channel.loads_plain`` read: it rebuilds tensors with ``torch.frombuffer``,
 arrays with ``np.frombuffer`` and images with ``Image.frombytes`` from bytes that must match
 their shape, and refuses anything malformed with ``ChannelError``.
-
-Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import pathlib
 import sys
 from collections import OrderedDict
 
-from course.channel import MAX_DEPTH, ChannelError, Handle, PeerRef, RemoteException
+from course.grading.inside.channel import MAX_DEPTH, ChannelError, Handle, PeerRef, RemoteException
 
 #: Modules whose classes a handle or an exception may claim to be (the checker imports nothing new).
 _NOT_CLAIMABLE = ("__main__", "builtins", "course")
@@ -44,8 +42,6 @@ def encode(value: object, register, peer_id, depth: int = 0) -> object:  # noqa:
 
     ``register(obj)`` gives an object's handle id, ``peer_id(obj)`` the checker's id for one of
     its own objects (or None).
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     if depth > MAX_DEPTH:
         raise ValueError("the value is nested too deeply to be sent to the checker")
@@ -122,32 +118,28 @@ _PIL_MODES = ("1", "L", "P", "RGB", "RGBA", "CMYK", "YCbCr", "LA", "I", "F", "I;
 
 def encode_exception(error: BaseException, register, peer_id) -> tuple:  # noqa: ANN001
     """``("X", classes, message, args)``: the arguments only when they are plain data.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     message = str(error)[:2000]
     try:
         args = encode(tuple(error.args), register, peer_id)
-        if not _is_plain(args):
+        if not is_plain(args):
             args = ("U", [message])
     except Exception:  # noqa: BLE001 - odd arguments: keep the message
         args = ("U", [message])
     return ("X", _classes(type(error)), message, args)
 
 
-def _is_plain(tree: object) -> bool:
+def is_plain(tree: object) -> bool:
+    """True if ``tree`` holds no handle: plain data all the way down."""
     if isinstance(tree, tuple) and tree and tree[0] == "H":
         return False
     if isinstance(tree, tuple | list):
-        return all(_is_plain(t) for t in tree)
+        return all(is_plain(t) for t in tree)
     return True
 
 
 def claimable(module: str, qualname: str) -> type | None:
-    """The checker's class ``module.qualname`` if it is already imported and may be claimed.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """The checker's class ``module.qualname`` if it is already imported and may be claimed."""
     if not module or module.split(".")[0] in _NOT_CLAIMABLE or module not in sys.modules:
         return None
     found: object = sys.modules[module]
@@ -162,8 +154,6 @@ def decode(tree: object, handle, peer, depth: int = 0) -> object:  # noqa: ANN00
     """The value for a plain tree; ``handle(Handle)`` and ``peer(PeerRef)`` give their objects.
 
     Raises ``ChannelError`` for anything that is not a well-formed tree.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     if depth > MAX_DEPTH + 4:
         raise ChannelError("the answer's process sent a value nested too deeply")

@@ -1,12 +1,13 @@
-"""Contain untrusted notebook code: a bubblewrap sandbox, a file guard, and uids of its own.
+"""Contain untrusted notebook code, host side: bubblewrap, setpriv, a file guard, uids of its own.
 
 ``choose_sandbox`` decides whether bubblewrap works on this machine; ``bwrap_prefix`` is the
 command line that makes the whole machine read-only except one working copy, hides chosen
 folders (putting chosen parts back read-only) and gives the code no network and no view of other
-processes. ``FileGuard`` snapshots files (bytes and sha256, new files included) so that any
-change made by the code, sandboxed or not, can be reported and undone. As root, ``judge_uid``
-hands each judge a uid nobody else uses and ``kill_uid`` ends all its processes.
-``PrefixedKernelManager`` starts a Jupyter kernel behind such a prefix. ``course.judging`` uses them.
+processes; ``setpriv_prefix`` sets the judge's privileges on its command line. ``FileGuard``
+snapshots files (bytes and sha256, new files included) so that any change made by the code
+can be reported and undone. As root, ``judge_uid`` hands each judge a uid nobody else uses and
+``kill_uid`` ends all its processes. ``judges`` uses them; the threat model is in
+``course/grading/__init__.py``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from jupyter_client import AsyncKernelManager
-from traitlets import List, Unicode
+import psutil
 
 #: Folders the file guard does not watch: version control internals, environments, data and outputs.
 UNWATCHED = frozenset({".git", ".venv", "venv", "data", "build", "runs", "node_modules", "__pycache__",
@@ -34,8 +34,6 @@ class FileGuard:
 
     ``roots`` are ``(folder, patterns)`` or ``(folder, patterns, max_depth)``; folders named in
     ``UNWATCHED`` (and ``skip``) are not entered. A created file matching a pattern is a change.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
 
     def __init__(self, roots: list[tuple], skip: tuple[Path, ...] = ()) -> None:
@@ -55,6 +53,7 @@ class FileGuard:
                 found.update(here / n for n in names
                              if any(fnmatch.fnmatch(n, p) for p in patterns) and not (here / n).is_symlink())
         return sorted(found)
+
     def changes(self) -> list[str]:
         """Describe every file modified, deleted or created since the snapshot."""
         now = set(self._listing())
@@ -74,27 +73,12 @@ class FileGuard:
                 path.write_bytes(data)
 
 
-class PrefixedKernelManager(AsyncKernelManager):
-    """A kernel manager that starts the kernel behind a command prefix (the sandbox).
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
-
-    prefix = List(Unicode())
-
-    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
-        """The kernel's command line with ``prefix`` in front."""
-        return [*self.prefix, *super().format_kernel_cmd(extra_arguments)]
-
-
 def bwrap_prefix(workdir: Path, hidden: list[Path], exposed: list[Path] = ()) -> list[str]:
     """The bubblewrap command line: everything read-only, ``workdir`` writable, ``hidden`` empty.
 
     ``exposed`` are put back read-only inside hidden folders (e.g. ``common/`` inside the hidden
     repository). No network (a namespace of its own with only loopback), no view of other
     processes, and every process ends with the sandbox.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     # /dev/shm writable by the judge's own uid: DataLoader workers pass batches through it.
     args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
@@ -111,20 +95,34 @@ def bwrap_prefix(workdir: Path, hidden: list[Path], exposed: list[Path] = ()) ->
         args += ["--ro-bind", str(path), str(path)]
     if os.geteuid() != 0:  # root keeps its uid to hand each judge a uid of its own
         args.append("--unshare-user")
-    # JPY_PARENT_PID would make ipykernel exit: in a new PID namespace its parent looks like init.
     return args + ["--bind", str(workdir), str(workdir), "--unshare-pid", "--unshare-ipc",
                    "--unshare-net", "--unshare-uts", "--die-with-parent", "--new-session",
-                   "--unsetenv", "JPY_PARENT_PID", "--chdir", str(workdir), "--"]
+                   "--chdir", str(workdir), "--"]
+
+
+def setpriv_prefix(uid: int | None) -> list[str]:
+    """The judge's privileges, set on its command line: never new privileges (no setuid program
+    gives any back); as root, ``uid`` (its own) or, with none, uid 0 without any capability.
+
+    Raises:
+        RuntimeError: ``setpriv`` (util-linux) is not installed.
+    """
+    if shutil.which("setpriv") is None:
+        raise RuntimeError("setpriv not found (it is part of util-linux): the judge's privileges are set with it")
+    args = ["setpriv", "--no-new-privs"]
+    if os.geteuid() == 0:
+        if uid is not None:
+            args += ["--reuid", str(uid), "--regid", str(uid), "--clear-groups"]
+        args += ["--inh-caps=-all", "--bounding-set=-all"]
+    return [*args, "--"]
 
 
 def choose_sandbox(mode: str) -> tuple[str, str]:
     """Return ``("bwrap" | "none", why)``: bwrap if asked or if ``auto`` and a probe works.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     if mode == "none":
-        return "none", ("sandbox disabled (--sandbox none); UNSAFE FOR UNTRUSTED SUBMISSIONS: no network "
-                        "or file isolation; files are hashed and restored, strays killed")
+        return "none", ("sandbox disabled (--sandbox none); UNSAFE FOR UNTRUSTED SUBMISSIONS: no network, "
+                        "file or report isolation; the repository's files are hashed and restored, strays killed")
     if shutil.which("bwrap") is None:
         why = "bwrap not found (apt-get install bubblewrap)"
     else:
@@ -149,8 +147,6 @@ def judge_uid() -> int | None:
 
     A uid of its own makes the process-count limit hold (root is exempt), keeps the judge from
     signalling or writing anything of the grader's, and lets ``kill_uid`` find every stray.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     if os.geteuid() != 0:
         return None
@@ -158,20 +154,9 @@ def judge_uid() -> int | None:
 
 
 def kill_uid(uid: int) -> None:
-    """SIGKILL every process whose real uid is ``uid`` until none is left.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """SIGKILL every process whose real uid is ``uid`` until none is left."""
     for _ in range(1000):
-        found = []
-        for entry in Path("/proc").iterdir():
-            try:
-                status = (entry / "status").read_text()
-            except (OSError, ValueError):
-                continue
-            uid_line = next((line for line in status.splitlines() if line.startswith("Uid:")), "")
-            if entry.name.isdigit() and uid_line.split()[1:2] == [str(uid)]:
-                found.append(int(entry.name))
+        found = [p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid]
         if not found:
             return
         for pid in found:
@@ -182,10 +167,7 @@ def kill_uid(uid: int) -> None:
 
 
 def readable_by_others(path: Path) -> bool:
-    """True if a user other than the owner can reach ``path`` (every parent searchable, it readable).
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
-    """
+    """True if a user other than the owner can reach ``path`` (every parent searchable, it readable)."""
     path = Path(path).resolve()
     if not path.exists() or not path.stat().st_mode & 0o004:
         return False

@@ -1,12 +1,10 @@
 """What an answer cell may hold: imports, ``def``, ``class`` and constants, and nothing that runs.
 
-The answer process (``course.answering``) runs the answer cells before any check, so an answer
+The answer process (``answer``) runs the answer cells before any check, so an answer
 that ran code at the top level would act before the checker has even started; refusing it
 keeps every line a student wrote inside the functions the checks call. ``defined_names`` is
 what the checker binds to handles: the names an answer defines, read from its syntax, not by
 running it.
-
-Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
 """
 
 from __future__ import annotations
@@ -87,8 +85,6 @@ def answer_problems(source: str) -> str | None:
 
     Decorators, defaults, annotations and class bodies must not call anything either, so
     nothing a student wrote runs until the checks call it.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     try:
         tree = ast.parse(source)
@@ -108,8 +104,6 @@ def defined_names(source: str) -> list[str]:
     """The top-level names an accepted answer cell defines (functions, classes, constants).
 
     Imports are left out: they bind modules the checker has already.
-
-    Introduced in chapters/exercises/ex01_pytorch_basics.ipynb.
     """
     try:
         tree = ast.parse(source)

@@ -1,0 +1,76 @@
+"""Grading submitted exercise notebooks: four processes, and the threat model they answer.
+
+``python -m course.grading --submissions DIR --out DIR`` grades every student's notebooks
+(``DIR/<student>/**/<exNN_name>.ipynb``; nbgrader's ``submitted/<student>/<assignment>/``
+layout works too) and writes ``grades.csv``, ``grades.json`` and feedback notebooks.
+
+This docstring is the one statement of the threat model; the modules link here.
+
+Threat model
+------------
+A student may hand in any code, written to raise their own or anyone's score. Only a
+submission's answer cells are used, matched by ``grade_id``; everything else, the visible
+and hidden checks included, comes from the instructor source. A submission that is a
+symbolic or hard link is refused, not followed. Four processes, each trusting less::
+
+    host (the instructor's machine)           | inside the sandbox (bubblewrap), own uid
+                                              |
+    grader  --- JSON lines: setup cells, ---> | judge            runs instructor setup cells
+    (grader.py, judges.py)  answers, checks   | (inside/judge.py)  only; forks per exercise:
+      keeps only the reply fields it knows    |    |
+      writes the report after every judge     |    +-- checker   runs the check cell; the
+      of a notebook is dead                   |    |   (inside/checker.py)  answer's names
+                                              |    |    |                   are handles
+                                              |    |    | socket: plain data only
+                                              |    |    | (inside/channel.py, codec.py,
+                                              |    |    |  remote.py, argstate.py)
+                                              |    |    v
+                                              |    +-- answer process  runs the answer
+                                              |        (inside/answer.py)  cells, serves
+                                              |                            the checker's calls
+
+- *Who runs what.* The grader never runs student code. The judge runs only instructor
+  code. The answer process is forked (from the judge, through the checker) before the check
+  cell is read, so it never holds the checks' text; it runs the answer cells, which are
+  refused unless their top level is only imports, ``def``, ``class`` and constants
+  (``inside/answer_rules.py``), in plain Python (no IPython: input and AST transformers do
+  not exist). In the checker each name an answer defines is a handle whose calls cross a
+  socket and come back as data: values rebuilt from bytes with exact types, read by an
+  unpickler that refuses every global. A handle does not compare, convert or add, so an
+  object that "equals anything" equals nothing. The checker is not dumpable (no ptrace, no
+  ``/proc/PID/mem``) and reports JSON through a pipe of its own. So an answer earns its own
+  exercise's points by the data it returns and nothing else.
+- *Integrity records, not penalties.* The answer process reports what it rebound among the
+  libraries and the setup's names (``torch.allclose = ...`` in its own memory). That
+  protects nothing (the checks run in the checker's memory), so it is recorded in
+  ``grades.json`` under ``integrity`` (kind ``rebound``) and never changes a score: an
+  honest answer whose libraries rebind names as they load (``torch._dynamo``) loses nothing.
+  What does score zero: an answer that defines a name the checks call (``def checks``,
+  ``def abs``), and an answer that changed a file the setup made (the judge then stops and a
+  fresh one grades the rest); both are recorded as kind ``checker``.
+- *The sandbox* (bubblewrap): the machine read-only; the repository hidden except
+  ``common/`` and what runs inside (``course/grading/inside/``, and ``course/checks.py`` and
+  ``course/assignments.py`` that the setup cells import): no ``.git``, ``tests/``, exercise
+  sources, submissions or report; no network; its own PID namespace (everything ends with
+  it); the working copy writable and holding no checks. Privileges are set on the judge's
+  command line (``setpriv``): never new privileges, and as root a uid of the judge's own
+  (or, where it has none, no capability). Each exercise has limits on memory, CPU time,
+  processes, open files and file size, and a wall-clock limit; hitting one scores zero with
+  a message saying which.
+- *Without the sandbox* (``--sandbox none``, or ``auto`` where bubblewrap does not work)
+  grading runs only with ``--trusted``: the input must be trusted, because nothing keeps an
+  answer from the network, the instructor's files or other students' feedback. It still
+  refuses links, keeps the report in memory until every submission's processes are dead
+  (the judge is a child subreaper; as root it runs in a PID namespace of its own or under a
+  uid of its own whose processes are all killed), survives a killed judge, and hashes the
+  repository (new files included) after every exercise: a change zeroes that exercise, is
+  undone, and is recorded as kind ``files``.
+
+Layout
+------
+Host side: ``config`` (what to grade, the report's rows), ``grader`` (submissions, scores,
+the command line), ``report`` (``grades.csv``, ``grades.json``, feedback), ``judges``
+(starting judges and speaking to them), ``sandbox`` (bubblewrap, setpriv, the file guard,
+uids). Inside the sandbox: ``inside/``. The student side (``course.checks``) is what the
+exercise notebooks import.
+"""

@@ -1,0 +1,60 @@
+"""What to grade and how strictly (the command line is built from it), and the report's rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.cli import option
+from common.paths import repo_root
+
+
+@dataclass
+class GradingConfig:
+    """What to grade and how strictly. The command line is built from these fields."""
+
+    submissions: Path = option(None, "folder with one sub-folder per student")
+    out: Path = option(Path("build/grades"), "report folder (grades.csv, grades.json, feedback/)")
+    sources: Path | None = option(None, "instructor sources (default: chapters/exercises)")
+    repo: Path | None = option(None, "the repository checkout (default: found from here)")
+    notebooks: tuple[str, ...] = option((), "grade only these (e.g. ex01_pytorch_basics); missing "
+                                        "ones score 0", nargs="*")
+    timeout: float = option(300.0, "seconds per notebook")
+    cell_timeout: float = option(60.0, "seconds per exercise (answer and checks)")
+    sandbox: str = option("auto", "bwrap: bubblewrap sandbox; none: unsandboxed (needs --trusted); "
+                          "auto: bwrap if it works here", choices=("auto", "bwrap", "none"))
+    trusted: bool = option(False, "the submissions are trusted: allows grading without the sandbox, "
+                           "which does not protect the machine, the network or the report")
+    memory_mb: int = option(2048, "memory an exercise may add, MiB")
+    cpu_seconds: int = option(120, "CPU seconds per process of an exercise")
+    processes: int = option(64, "processes an exercise may run at once")
+    open_files: int = option(256, "open files per process")
+    file_mb: int = option(64, "largest file (and output) an exercise may write, MiB")
+
+    def __post_init__(self) -> None:
+        self.repo = Path(self.repo) if self.repo else repo_root()
+        self.sources = Path(self.sources) if self.sources else self.repo / "chapters" / "exercises"
+
+
+@dataclass
+class Result:
+    """One row of the report."""
+
+    student: str
+    exercise: str
+    points: float
+    max_points: float
+    message: str
+
+
+@dataclass
+class Integrity:
+    """Something a submission did that the report records: undone, refused, or only noted."""
+
+    student: str
+    exercise: str
+    #: "files": changed, created or deleted outside its working copy (undone; scored zero);
+    #: "checker": defined a name the checks call, or changed the setup's files (scored zero);
+    #: "rebound": rebound library or setup names in its own process (recorded, not scored).
+    kind: str
+    details: list[str]
