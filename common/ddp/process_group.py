@@ -17,6 +17,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from common.device import device_plan_from_env
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -36,31 +38,31 @@ class DistInfo:
 def setup_distributed(*, device_type: str | None = None) -> DistInfo:
     """Join the process group that ``torchrun`` describes in the environment, if any.
 
-    Picks ``nccl`` with CUDA and ``gloo`` otherwise, and calls ``torch.cuda.set_device``
-    before ``init_process_group`` so each rank owns one GPU.
+    The device and backend come from ``common.device.device_plan_from_env``: each rank on a
+    host its own GPU with ``nccl`` when the host has enough, else every rank on the CPU with
+    ``gloo`` (rank 0 prints the reason once, to stderr). ``torch.cuda.set_device`` comes
+    before ``init_process_group``, and ``device_id`` is given only to NCCL.
 
     Args:
-        device_type: Force "cpu" or "cuda"; default CUDA when available.
+        device_type: Force "cpu" or "cuda" (wins over ``COMPANION_DEVICE``); default: the plan.
 
     Returns:
         This process's ``DistInfo``.
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
-    use_cuda = (device_type or ("cuda" if torch.cuda.is_available() else "cpu")) == "cuda"
-    if use_cuda and not torch.cuda.is_available():
-        raise RuntimeError("device_type='cuda' was requested but CUDA is not available")
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device(f"cuda:{local_rank}") if use_cuda else torch.device("cpu")
-    if use_cuda:
-        torch.cuda.set_device(device)
+    plan = device_plan_from_env(prefer=device_type)
+    if plan.device.type == "cuda":
+        torch.cuda.set_device(plan.device)
     if "RANK" not in os.environ:
-        return DistInfo(0, 0, 1, device, None, False)
-    backend = "nccl" if use_cuda else "gloo"
-    dist.init_process_group(backend=backend, device_id=device if use_cuda else None)
-    return DistInfo(rank, local_rank, world_size, device, backend, True)
+        return DistInfo(0, 0, 1, plan.device, None, False)
+    rank, world_size = int(os.environ["RANK"]), int(os.environ.get("WORLD_SIZE", "1"))
+    if rank == 0 and plan.reason:
+        print(f"device plan: {plan.reason}", file=sys.stderr, flush=True)
+    dist.init_process_group(backend=plan.backend,
+                            device_id=plan.device if plan.backend == "nccl" else None)
+    return DistInfo(rank, int(os.environ.get("LOCAL_RANK", "0")), world_size, plan.device,
+                    plan.backend, True)
 
 
 def cleanup_distributed() -> None:

@@ -7,6 +7,10 @@ sees it (``num_nodes_waiting() > 0`` in its monitor loop), stops its workers and
 new group at world size 2 — which resumes from the newest distributed checkpoint. In torch's
 ``SimpleElasticAgent._invoke_run`` such a membership change does not count against
 ``--max-restarts`` ("membership changes do not count as retries"); only failures do.
+
+Every agent's worker sees LOCAL_RANK=0, so ``join_later`` and ``leave_later`` tell the workers
+how many ranks their agents start on this host (``COMPANION_RANKS_PER_HOST``): the device plan
+(``common.device.plan_device``) then gives each its own GPU, or puts all on the CPU.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 import psutil
 
 from common.ddp.launch import launch_env
+from common.device import RANKS_PER_HOST_ENV
 
 
 def elastic_command(module: str, args: Sequence[str] = (), *, endpoint: str, min_nodes: int = 1,
@@ -51,6 +56,17 @@ def elastic_command(module: str, args: Sequence[str] = (), *, endpoint: str, min
             f"--nnodes={min_nodes}:{max_nodes}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", f"--rdzv-conf={conf}",
             f"--max-restarts={max_restarts}", "-m", module, *args]
+
+
+def agents_env(commands: Sequence[Sequence[str]]) -> dict[str, str]:
+    """``launch_env()`` plus ``COMPANION_RANKS_PER_HOST``: the ranks these agents start here.
+
+    Introduced in chapters/06_4_elastic_training.ipynb.
+    """
+    flag = "--nproc-per-node="
+    ranks = sum(int(next((arg[len(flag):] for arg in command if arg.startswith(flag)), "1"))
+                for command in commands)
+    return {**launch_env(), RANKS_PER_HOST_ENV: str(ranks)}
 
 
 def read_log(log_file: str | Path) -> list[dict]:
@@ -83,9 +99,11 @@ def join_later(command: Sequence[str], log_file: str | Path, *, after_step: int,
 
     Introduced in chapters/06_4_elastic_training.ipynb.
     """
+    env = agents_env([command, command])
+
     def start() -> subprocess.Popen:
         return subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=launch_env())
+                                text=True, env=env)
 
     first, deadline = start(), time.monotonic() + timeout
     while not any(r["event"] == "checkpoint" and r["step"] >= after_step
@@ -135,9 +153,11 @@ def leave_later(host: Sequence[str], guest: Sequence[str], log_file: str | Path,
 
     Introduced in chapters/06_4_elastic_training.ipynb.
     """
+    env = agents_env([host, guest])
+
     def start(command: Sequence[str], **options) -> subprocess.Popen:
         return subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=launch_env(), **options)
+                                text=True, env=env, **options)
 
     first, second = start(host), start(guest)
     deadline = time.monotonic() + timeout
