@@ -34,7 +34,7 @@ help: ## Show this help
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is needed; run: make PYTHON=python3.X ...")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(if $(TORCH_INDEX_URL),$(BIN)/python -m pip install --index-url $(TORCH_INDEX_URL) "torch>=2.4" "torchvision>=0.19")
+	$(if $(TORCH_INDEX_URL),$(BIN)/python -m pip install --index-url $(TORCH_INDEX_URL) "torch>=2.6" "torchvision>=0.21")
 	$(BIN)/python -m pip install -r requirements-dev.txt -e .
 	# The notebooks' kernel "python3", pinned to this venv's interpreter (inside the venv only).
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (.venv)"
