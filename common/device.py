@@ -100,14 +100,15 @@ class DevicePlan:
 
 def plan_device(*, rank: int, local_rank: int, local_world_size: int, world_size: int,
                 cuda_count: int, mps: bool, forced: str | None,
-                ranks_per_host: int | None = None) -> DevicePlan:
+                ranks_per_host: int | None = None, in_group: bool = False) -> DevicePlan:
     """The device and backend of one rank, from what it knows about its host (a pure function).
 
     The rule: every rank on this host gets its own GPU (``cuda:<slot>`` and NCCL) when the host
     has at least as many GPUs as ranks; otherwise every rank runs on the CPU with gloo, and
     ``reason`` says why (NCCL refuses two ranks on one GPU; gloo runs no collectives on MPS
     tensors). A process alone (one rank on the host, world size 1) keeps ``get_device``'s
-    choice: CUDA, then MPS, then the CPU. ``forced`` (``COMPANION_DEVICE``) ``"cpu"`` puts
+    choice: CUDA, then MPS, then the CPU — unless it joins a process group (``torchrun
+    --nproc_per_node=1``), whose gloo collectives need CPU tensors. ``forced`` (``COMPANION_DEVICE``) ``"cpu"`` puts
     every rank on the CPU; ``"cuda"``/``"cuda:N"`` that cannot be honoured is an error.
 
     Args:
@@ -116,6 +117,7 @@ def plan_device(*, rank: int, local_rank: int, local_world_size: int, world_size
         forced: "cpu", "cuda", "cuda:N", "mps" or None.
         ranks_per_host: Ranks sharing this host when agents each start one worker
             (``COMPANION_RANKS_PER_HOST``); then the slot is ``rank % ranks_per_host``.
+        in_group: Whether the rank joins a process group (``torchrun`` started it).
 
     Raises:
         RuntimeError: A forced CUDA device that this host cannot give every rank.
@@ -124,8 +126,10 @@ def plan_device(*, rank: int, local_rank: int, local_world_size: int, world_size
     """
     ranks_here = ranks_per_host or local_world_size  # the ranks that share this host's GPUs
     slot = rank % ranks_here if ranks_per_host else local_rank  # this rank's GPU, if it gets one
-    alone = world_size == 1 and ranks_here == 1  # no collective, no GPU to share
+    alone = world_size == 1 and ranks_here == 1  # no GPU to share
     kind = torch.device(forced).type if forced else None
+    if in_group and mps and kind in (None, "mps"):
+        alone = False  # gloo's collectives (DDP's first broadcast too) refuse MPS tensors
     if kind == "cuda":
         return DevicePlan(_forced_cuda(torch.device(forced), slot, ranks_here, cuda_count), "nccl",
                           None)
@@ -146,7 +150,8 @@ def plan_device(*, rank: int, local_rank: int, local_world_size: int, world_size
     if alone:
         return DevicePlan(torch.device("cpu"), "gloo", f"1 process, {why} -> cpu")
     return DevicePlan(torch.device("cpu"), "gloo",
-                      f"{ranks_here} ranks on this host, {why} -> every rank on cpu with gloo{hint}")
+                      f"{ranks_here} rank{'s' * (ranks_here > 1)} on this host, {why} -> every rank on "
+                      f"cpu with gloo{hint}")
 
 
 def _forced_cuda(want: torch.device, slot: int, ranks_here: int, cuda_count: int) -> torch.device:
@@ -184,4 +189,4 @@ def device_plan_from_env(environ: Mapping[str, str] | None = None, *,
         local_world_size=int(env.get("LOCAL_WORLD_SIZE", str(world_size))), world_size=world_size,
         cuda_count=torch.cuda.device_count() if torch.cuda.is_available() else 0,
         mps=torch.backends.mps.is_available(), forced=prefer or env.get("COMPANION_DEVICE") or None,
-        ranks_per_host=int(ranks_per_host) if ranks_per_host else None)
+        ranks_per_host=int(ranks_per_host) if ranks_per_host else None, in_group="RANK" in env)

@@ -58,6 +58,20 @@ def test_mps_serves_one_process_but_never_a_process_group():
     assert forced == plans
 
 
+def test_mps_in_a_process_group_of_one_runs_on_the_cpu(monkeypatch):
+    # torchrun --nproc_per_node=1 on a Mac: a process group of one, whose gloo broadcast (DDP's
+    # first step) refuses MPS tensors; the same process without torchrun keeps MPS.
+    grouped = plan_device(rank=0, local_rank=0, local_world_size=1, world_size=1, cuda_count=0,
+                          mps=True, forced=None, in_group=True)
+    assert grouped.device == CPU and grouped.backend == "gloo"
+    assert grouped.reason.startswith("1 rank on this host, Apple MPS -> every rank on cpu")
+    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert device_plan_from_env(env).device == CPU
+    assert device_plan_from_env({}).device == torch.device("mps")
+
+
 def test_forced_cpu_wins_over_eight_gpus():
     plans = host_plans(2, 8, forced="cpu")
     assert all(plan.device == CPU and plan.backend == "gloo" for plan in plans)
