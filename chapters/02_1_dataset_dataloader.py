@@ -99,6 +99,13 @@ print(f"open + decode and resize (the steps that touch the full-size image): {fu
 step_ms.to_frame("median ms")
 
 # %% [markdown]
+# The same steps as a picture, with the process that runs each once a `DataLoader` does the work (chapter 3 measures what the workers buy):
+#
+# ![The five stages of a data pipeline](figures/pipeline_stages.svg)
+#
+# *A sample's way to the model: everything left of the device copy runs in a DataLoader worker, so a slow decode or transform never blocks the training loop while the workers keep up.*
+
+# %% [markdown]
 # ## §2.1.2 数据管道在深度学习中的作用 (why the pipeline matters)
 # The guide names three jobs: keep data flowing so the model does not wait, catch data problems *before*
 # training, and keep memory in check. In the table above, the two steps that touch the full-size image

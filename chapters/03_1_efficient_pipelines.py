@@ -278,6 +278,13 @@ print(f"this machine: {cores} cores, load average {os.getloadavg()[0]:.1f};",
 assert bound_up.loc["storage-bound", 4] > 1.5  # the waits overlap whatever the cores
 
 # %% [markdown]
+# How the loader keeps its workers ahead of the training loop, as a schematic timeline (not a measurement): it hands out `prefetch_factor × num_workers` batches at the start, then one more for each batch the loop takes.
+#
+# ![Workers prefetching batches](figures/loader_prefetch.svg)
+#
+# *The loop waits only for the first batch; after that the two workers stay up to four batches ahead, and pause when the queue is full.*
+
+# %% [markdown]
 # `prefetch_factor` is how many batches each worker prepares ahead: at most
 # `num_workers × prefetch_factor` batches are in flight. It cannot make the average batch faster;
 # it lets the loader absorb an *uneven* one. A store that now and then stalls (a busy server) shows

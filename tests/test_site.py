@@ -45,7 +45,8 @@ def first_chapter() -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook(cells=[
         markdown(FIRST + "[Glossary / 术语表](../GLOSSARY.md)\n## What you will learn\n- a plot"),
         markdown("See [the next chapter](02_second.ipynb#Summary), [the loader code]"
-                 "(../common/fake.py) and [PyTorch](https://pytorch.org)."),
+                 "(../common/fake.py) and [PyTorch](https://pytorch.org).\n\n"
+                 "![a ring](figures/ring.svg)"),
         nbformat.v4.new_code_cell("from tqdm.auto import tqdm\nfor step in tqdm(range(5), "
                                   "desc='steps'):\n    pass\nprint('sum of squares', 55)"),
         nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nplt.plot([1, 4, 9])\n"
@@ -64,6 +65,11 @@ def tiny_repo(tmp_path_factory) -> Path:
     (root / "chapters" / "zh").mkdir()
     (root / "common").mkdir()
     (root / "common" / "fake.py").write_text("LOADER = 'code'\n")
+    (root / "chapters" / "figures" / "zh").mkdir(parents=True)  # common.diagrams' layout
+    for figure, words in (("figures/ring.svg", "ring"), ("figures/zh/ring.svg", "环")):
+        (root / "chapters" / figure).write_text(
+            '<svg xmlns="http://www.w3.org/2000/svg" width="80" height="20">'
+            f'<text x="2" y="15">{words}</text></svg>', encoding="utf-8")
     nbformat.write(first_chapter(), root / "chapters" / "01_first.ipynb")
     (root / "chapters" / "01_first.py").write_text("# %%\nprint('twin')\n")
     nbformat.write(executed_by_hand("Chapter 2 — Second", "beyond the guide (continues §2.3.1 "
@@ -77,7 +83,8 @@ def tiny_repo(tmp_path_factory) -> Path:
                    root / "chapters" / "exercises" / "01_ex.ipynb")
     # A stand-in for the Chinese edition (issue 13): one chapter, linking to the glossary.
     nbformat.write(executed_by_hand("第 1 章 — 第一步", None, "print('hello')",
-                                    "[术语表](../../GLOSSARY.md)\n\n本章介绍数据管道。"),
+                                    "[术语表](../../GLOSSARY.md)\n\n本章介绍数据管道。\n\n"
+                                    "![环](../figures/zh/ring.svg)"),
                    root / "chapters" / "zh" / "01_first.ipynb")
     (root / "GLOSSARY.md").write_text("# Glossary\n\n| 中文 | English |\n|---|---|\n"
                                       "| 数据管道 | data pipeline ([ch. 1](chapters/01_first.ipynb)) |\n")
@@ -203,6 +210,17 @@ def test_links_point_at_pages_and_copied_files_and_the_site_is_offline(site):
     for page in out.rglob("*.html"):
         html = page.read_text(encoding="utf-8")
         assert not re.search(r'<(script|link|img)[^>]+(src|href)="(https?:)?//', html), page.name
+
+
+def test_diagrams_show_in_both_editions(site):
+    """chapters/figures/ (English) and chapters/figures/zh/ (linked as ../figures/zh/ from zh)."""
+    out, _, warnings = site
+    for page, words in (("chapters/01_first.html", "ring"), ("zh/chapters/01_first.html", "环")):
+        sources = re.findall(r'<img[^>]+src="([^"]+\.svg)"', (out / page).read_text(encoding="utf-8"))
+        assert len(sources) == 1, page
+        shown = (out / page).parent / sources[0]
+        assert shown.is_file() and words in shown.read_text(encoding="utf-8"), page
+    assert not [w for w in warnings if "ring.svg" in w]
 
 
 def test_no_broken_relative_link_in_the_whole_site(site):
