@@ -10,6 +10,26 @@
 # - How much a bounded shuffle buffer shuffles, measured; and training the Chapter 2 model from shards on 2 processes.
 
 # %% [markdown]
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/05_sharded_datasets.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/05_sharded_datasets.ipynb)
+# Running in Colab or Kaggle? The next cell installs this companion's package `common` there (on Kaggle, first switch Internet on in the notebook's settings); on your own machine it installs nothing.
+
+# %%
+# Colab and Kaggle only: install this companion's package (a local run has it).
+import os
+import sys
+
+if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+    import importlib
+    import subprocess
+
+    package = "torch-pipelines-companion @ git+https://github.com/torch-pipelines-companion/torch-pipelines-companion"
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", package])
+    importlib.invalidate_caches()  # so that `import common` below finds the new package
+    print(f"Installed {package}")
+else:
+    print("Local run: nothing installed (this environment already has `common`)")
+
+# %% [markdown]
 # ## Setup
 # Imports (standard library, third party, then `common`), the seed and the device. WebDataset is an
 # optional dependency (`pip install -e .[shards]`); the section that uses it is skipped without it.
@@ -114,13 +134,14 @@ with tarfile.open(scratch / "by-hand.tar") as tar:
 # unsafe or broken members (the end of this chapter).
 #
 # ## Writing shards with `make_shards.py`
-# `data_scripts/make_shards.py` packs the CSV + images dataset into tar shards of a chosen number of
+# `data_scripts/make_shards.py` (in a checkout; `python -m common.shards.make` or `companion-make-shards`
+# wherever the package is installed: it is the same command) packs the CSV + images dataset into tar shards of a chosen number of
 # samples, in the WebDataset convention: sample `i` becomes members `0000000i.jpg` (the original bytes,
 # not re-encoded) and `0000000i.cls` (the label as text), side by side. The command line, run here on the
 # validation split into a temporary folder:
 
 # %%
-cli = [sys.executable, "../data_scripts/make_shards.py", "--csv", str(data.labels_csv("val")),
+cli = [sys.executable, "-m", "common.shards.make", "--csv", str(data.labels_csv("val")),
        "--images", str(data.images_dir("val")), "--out", str(scratch / "val"), "--shard-size", "64"]
 print(subprocess.run(cli, capture_output=True, text=True, check=True).stdout)
 
@@ -206,6 +227,13 @@ ax.imshow(grid, cmap="Greys", aspect="auto")
 ax.set(title="shards[rank::2][worker::2]", xlabel="shard", yticks=range(4),
        yticklabels=[f"rank {r} worker {w}" for r, w in consumers])
 plt.show()
+
+# %% [markdown]
+# The same deal, drawn for 8 shards, 2 ranks and 2 workers per rank, with the code's own `split_shards`:
+#
+# ![Shards dealt out to ranks and workers](figures/shard_assignment.svg)
+#
+# *Each shard goes to exactly one (rank, worker): the shards are dealt out by rank first, then by worker, so no sample is read twice.*
 
 # %% [markdown]
 # Every column has one dark cell: each shard is read by exactly one consumer. Dealt in this fixed order,

@@ -13,6 +13,26 @@
 # - `reshard_after_forward`, prefetching and `MixedPrecisionPolicy` — and `common.fsdp.train`, the same script grown up
 
 # %% [markdown]
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/06_1_fsdp_sharding.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/06_1_fsdp_sharding.ipynb)
+# Running in Colab or Kaggle? The next cell installs this companion's package `common` there (on Kaggle, first switch Internet on in the notebook's settings); on your own machine it installs nothing.
+
+# %%
+# Colab and Kaggle only: install this companion's package (a local run has it).
+import os
+import sys
+
+if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+    import importlib
+    import subprocess
+
+    package = "torch-pipelines-companion @ git+https://github.com/torch-pipelines-companion/torch-pipelines-companion"
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", package])
+    importlib.invalidate_caches()  # so that `import common` below finds the new package
+    print(f"Installed {package}")
+else:
+    print("Local run: nothing installed (this environment already has `common`)")
+
+# %% [markdown]
 # ## Setup
 # Imports, seed, device, and a fresh folder for this notebook's runs (paths are printed relative
 # to the repository).
@@ -59,10 +79,24 @@ assert table.loc["DDP on 8 ranks", "7B"] == 112.0 and table.loc["ZeRO-3 on 8 ran
 table
 
 # %% [markdown]
-# A 7B model needs 112 GB per rank under DDP — more than any single GPU of today — and 14 GB per rank
+# The same four rows drawn for 4 ranks: filled cells are what a rank holds.
+#
+# ![What ZeRO stages 1, 2, 3 shard](figures/zero_stages.svg)
+#
+# *Each ZeRO stage shards one more kind of state over the 4 ranks (filled = held): the bytes each rank holds per parameter fall from 16 to 4.*
+
+# %% [markdown]
+# A 7B model needs 112 GB per rank under DDP — more than an 80 GB H100 holds (a 141 GB H200 or a 192 GB MI300X holds it, with little room left for activations) — and 14 GB per rank
 # with ZeRO-3 on 8 ranks. The price of sharding is communication: before a unit's forward (and again
 # in backward) the ranks **all-gather** its full parameters, and after backward they
 # **reduce-scatter** the gradients, so each rank receives only its shard of the averaged gradient.
+
+# %% [markdown]
+# One block's parameters and gradients through a training step, on 2 ranks:
+#
+# ![FSDP all-gather and reduce-scatter around one block](figures/fsdp_unit.svg)
+#
+# *A block's full parameters exist only around its own forward and backward; outside them each rank holds just its shard, and its gradient shard.*
 
 # %% [markdown]
 # ## FSDP2, written in a script

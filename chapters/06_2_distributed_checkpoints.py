@@ -15,6 +15,26 @@
 # Elastic training, with `torchrun` agents that join or leave a running job, is [Chapter 6.4](06_4_elastic_training.ipynb).
 
 # %% [markdown]
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/06_2_distributed_checkpoints.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/06_2_distributed_checkpoints.ipynb)
+# Running in Colab or Kaggle? The next cell installs this companion's package `common` there (on Kaggle, first switch Internet on in the notebook's settings); on your own machine it installs nothing.
+
+# %%
+# Colab and Kaggle only: install this companion's package (a local run has it).
+import os
+import sys
+
+if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+    import importlib
+    import subprocess
+
+    package = "torch-pipelines-companion @ git+https://github.com/torch-pipelines-companion/torch-pipelines-companion"
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", package])
+    importlib.invalidate_caches()  # so that `import common` below finds the new package
+    print(f"Installed {package}")
+else:
+    print("Local run: nothing installed (this environment already has `common`)")
+
+# %% [markdown]
 # ## Setup
 
 # %%
@@ -180,6 +200,13 @@ for name in ("on1", "on3"):
                  "max |w - uninterrupted|": max((weights[k] - reference[k]).abs().max().item()
                                                 for k in reference), "rtol": close["rtol"]})
 pd.DataFrame(rows)
+
+# %% [markdown]
+# What DCP did there, drawn for one tensor saved by 2 ranks and loaded on 3:
+#
+# ![DCP's chunks resharded from 2 ranks to 3](figures/dcp_reshard.svg)
+#
+# *The checkpoint's two files are cut along rows, not ranks: three ranks load it by reading the rows they need, the middle rank from both files.*
 
 # %% [markdown]
 # ## A kill inside a save, and `torchrun --max-restarts=1`
