@@ -26,7 +26,7 @@ PYTEST_PARALLEL ?= -n 2 --dist loadfile
 NETGUARD := PYTHONPATH=$(CURDIR)/tests/netguard COMPANION_NETGUARD_LOG=$(CURDIR)/build/netguard.log \
 	OMP_NUM_THREADS=1
 
-.PHONY: lab-hint help install data lab test unit notebooks bench bench-ddp bench-fsdp assignments grade html translations doctor system-deps shards lint format clean distclean
+.PHONY: lab-hint help install data lab test check unit notebooks bench bench-ddp bench-fsdp assignments grade html translations doctor system-deps shards lint format clean distclean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -57,7 +57,11 @@ test: data ## Run every check: ruff, unit tests, notebook hygiene, every noteboo
 	$(NETGUARD) $(BIN)/python -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env \
 		--nbval-cell-timeout=180 --timeout=300 -p no:cacheprovider -q $(PYTEST_PARALLEL)
 
-unit: data ## Run the unit tests only (no notebooks)
+check: data ## The edit loop (about 40 s): ruff, the unit tier (tests/unit: no test starts a process), notebook hygiene
+	$(BIN)/ruff check .
+	$(NETGUARD) $(BIN)/python -m pytest tests/unit -q --timeout=120 -p no:cacheprovider $(PYTEST_PARALLEL)
+
+unit: data ## Run every test under tests/ (both tiers), without the notebooks under nbval
 	$(NETGUARD) $(BIN)/python -m pytest tests -q --timeout=300 $(PYTEST_PARALLEL)
 
 notebooks: data ## Re-execute every notebook top to bottom, refresh its .py twin and the zh edition

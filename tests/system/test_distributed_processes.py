@@ -1,0 +1,25 @@
+"""Tests for common/distributed.py: samplers, launch helpers, the collectives under torchrun — the tests that start processes (the rest: tests/unit/test_distributed.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.ddp.launch import run_command, torchrun_command
+
+
+@pytest.mark.slow
+def test_collectives_on_two_processes():
+    done = run_command(torchrun_command("common.ddp.collectives_demo", nproc_per_node=2))
+    lines = done.stdout.splitlines()
+    section = {title: lines[i + 1: i + 3] for i, title in enumerate(lines) if title.startswith("==")}
+    assert "  rank 0: before=1" in lines and "  rank 1: before=2" in lines
+    assert lines.count("  rank 0: after=3") == 1 and lines.count("  rank 1: after=3") == 1
+    assert section["== broadcast from rank 0"] == ["  rank 0: [42.0, 7.0]", "  rank 1: [42.0, 7.0]"]
+    gathered = "[[0.0, 1.0], [10.0, 11.0]]"
+    assert section["== all_gather"] == [f"  rank 0: {gathered}", f"  rank 1: {gathered}"]
+    assert all(line.endswith("True") for line in section["== barrier"])
+    ddp = section["== DDP gradient of my half == gradient of the whole batch"]
+    assert len(ddp) == 2 and all(": True (max diff" in line for line in ddp)
+    assert "world_size=2 backend=gloo" in section["== identity"][1]
+    cost = section["== all_reduce milliseconds by tensor size (float32 values)"]
+    assert len(cost) == 2 and all(len(line.split(": ", 1)[1].split()) == 6 for line in cost)

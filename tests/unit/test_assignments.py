@@ -1,0 +1,193 @@
+"""course.assignments: instructor sources follow the conventions; student versions are safe to hand out."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from course.assignments import (
+    BEGIN_HIDDEN,
+    BEGIN_SOLUTION,
+    AssignmentFormatError,
+    answered,
+    checks,
+    exercises_of,
+    instructor_sources,
+    main,
+    nbgrader_meta,
+    strip_hidden_tests,
+    strip_solutions,
+    student_version,
+)
+
+SOURCES = instructor_sources()
+CHAPTERS = ("ex01_", "ex02_", "ex03_", "ex04_", "ex05_", "ex06_")
+
+
+def test_every_chapter_has_an_exercise_notebook_with_at_least_four_exercises():
+    assert [p.name[:5] for p in SOURCES] == list(CHAPTERS)
+    for path in SOURCES:
+        exercises = exercises_of(nbformat.read(path, as_version=4), name=path.name)
+        assert len(exercises) >= 4, path.name
+        assert len({e.key for e in exercises}) == len(exercises)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
+def test_sources_carry_nbgrader_metadata_nbgrader_accepts(path):
+    nb = nbformat.read(path, as_version=4)
+    ids = [nbgrader_meta(c)["grade_id"] for c in nb.cells if nbgrader_meta(c)]
+    assert len(ids) == len(set(ids)), "grade_id must be unique within a notebook"
+    for cell in nb.cells:
+        meta = nbgrader_meta(cell)
+        if meta:
+            assert set(meta) >= {"grade", "grade_id", "locked", "schema_version", "solution", "task"}
+            assert meta["schema_version"] == 3
+            assert not (meta["grade"] and meta["solution"]), "answer and checks live in separate cells"
+            if meta["grade"]:
+                assert meta["locked"] and meta["points"] > 0
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
+def test_points_in_the_headings_match_the_metadata(path):
+    nb = nbformat.read(path, as_version=4)
+    stated = [int(m) for c in nb.cells if c.cell_type == "markdown"
+              for m in re.findall(r"^## Exercise \d+ — .* · (\d+) points?$", c.source, re.M)]
+    recorded = [e.points for e in exercises_of(nb, name=path.name)]
+    assert stated == recorded
+
+
+def test_strip_solutions_keeps_indentation_and_uses_ellipsis_for_simple_assignments():
+    source = "def f(x):\n    ### BEGIN SOLUTION\n    y = x + 1\n    return y\n    ### END SOLUTION\n"
+    assert strip_solutions(source) == "def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+    simple = "### BEGIN SOLUTION\nnum_workers = 2\nlr = 0.1\n### END SOLUTION\nprint(lr)"
+    assert strip_solutions(simple) == ("num_workers = ...  # YOUR CODE HERE\n"
+                                       "lr = ...  # YOUR CODE HERE\nprint(lr)")
+    with pytest.raises(AssignmentFormatError):
+        strip_solutions("### BEGIN SOLUTION\nx = 1\n")
+    with pytest.raises(AssignmentFormatError):
+        strip_solutions("x = 1\n### END SOLUTION\n")
+
+
+def test_strip_hidden_tests_removes_the_block_and_its_markers():
+    source = f"with checks('E'):\n    assert f(1) == 2\n{BEGIN_HIDDEN}\nassert f(2) == 3\n### END HIDDEN TESTS\n"
+    assert strip_hidden_tests(source) == "with checks('E'):\n    assert f(1) == 2"
+
+
+def test_exercises_of_refuses_a_check_cell_without_points_or_hidden_tests():
+    answer = nbformat.v4.new_code_cell(f"{BEGIN_SOLUTION}\nx = 1\n### END SOLUTION", metadata={
+        "nbgrader": {"grade": False, "grade_id": "e1-answer", "solution": True, "locked": False}})
+    tests = nbformat.v4.new_code_cell("with checks('E'):\n    assert x == 1", metadata={
+        "nbgrader": {"grade": True, "grade_id": "e1-tests", "solution": False, "points": 1}})
+    nb = nbformat.v4.new_notebook(cells=[answer, tests])
+    with pytest.raises(AssignmentFormatError, match="HIDDEN"):
+        exercises_of(nb)
+    tests.source += f"\n{BEGIN_HIDDEN}\nassert x\n### END HIDDEN TESTS"
+    assert [e.key for e in exercises_of(nb)] == ["e1"]
+    tests.metadata["nbgrader"]["points"] = 0
+    with pytest.raises(AssignmentFormatError, match="points"):
+        exercises_of(nb)
+    tests.metadata["nbgrader"]["points"] = 1
+    del nb.cells[0]
+    with pytest.raises(AssignmentFormatError, match="answer cell"):
+        exercises_of(nb)
+
+
+def test_checks_reports_not_yet_done_but_lets_wrong_answers_fail(capsys):
+    with checks("Exercise 9"):
+        raise NotImplementedError()
+    assert "Exercise 9: not yet done" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="wrong"), checks("Exercise 9"):
+        raise AssertionError("wrong")
+    with checks("Exercise 9"):
+        answered(1, "x")
+    assert "visible checks passed" in capsys.readouterr().out
+    with pytest.raises(NotImplementedError):
+        answered(1, ...)
+
+
+@pytest.mark.parametrize("mode", ["validate", "autograde"])
+def test_checks_lets_not_yet_done_fail_under_nbgrader(mode, monkeypatch, capsys):
+    monkeypatch.setenv("NBGRADER_EXECUTION", mode)  # what nbgrader validate/autograde set
+    with pytest.raises(NotImplementedError), checks("Exercise 9"):
+        answered(...)
+    assert "not yet done" not in capsys.readouterr().out
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    with checks("Exercise 9"):
+        answered(...)
+    assert "Exercise 9: not yet done" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("assignments")
+    assert main(["build", "--out", str(out)]) == 0
+    return out
+
+
+def test_build_writes_student_versions_without_solutions_or_hidden_tests(built):
+    manifest = json.loads((built / "manifest.json").read_text())
+    assert sorted(manifest) == [p.stem for p in SOURCES]
+    for path in SOURCES:
+        source = nbformat.read(path, as_version=4)
+        student = nbformat.read(built / path.name, as_version=4)
+        assert len(student.cells) == len(source.cells)
+        text = "\n".join(c.source for c in student.cells)
+        assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text
+        for exercise in exercises_of(source, name=path.name):
+            solution = source.cells[exercise.answer_cell].source
+            body = solution.split(BEGIN_SOLUTION)[1].split("### END SOLUTION")[0].strip()
+            assert body.splitlines()[0].strip() not in student.cells[exercise.answer_cell].source
+            assert nbgrader_meta(student.cells[exercise.tests_cell])["points"] == exercise.points
+            assert student.cells[exercise.tests_cell].metadata["editable"] is False
+        assert all(c.outputs == [] and c.execution_count is None
+                   for c in student.cells if c.cell_type == "code")
+        assert manifest[path.stem]["total_points"] == sum(
+            e.points for e in exercises_of(source, name=path.name))
+
+
+@pytest.fixture(scope="module")
+def student_runs(built):
+    """Every student version executed top to bottom, in order, all in one kernel.
+
+    ex01 runs first in a fresh kernel, exactly as nbval would run it; each later notebook
+    starts with ``%reset -f`` (an empty namespace) in the same kernel, so torch and
+    ``common`` are imported once instead of five times. Errors are recorded, not raised,
+    so that each notebook is judged on its own cells.
+    """
+    cells, spans = [], {}
+    for path in sorted(built.glob("ex*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        cells.append(nbformat.v4.new_code_cell(f"%reset -f\nimport os\nos.chdir({str(built)!r})"))
+        spans[path.name] = (len(cells), len(cells) + len(nb.cells))
+        cells += nb.cells
+    combined = nbformat.v4.new_notebook(cells=cells, metadata=nb.metadata)
+    NotebookClient(combined, timeout=180, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(built)}}).execute()
+    return {name: combined.cells[start:stop] for name, (start, stop) in spans.items()}
+
+
+def test_student_version_of_a_source_changes_nothing_in_the_source():
+    source = nbformat.read(SOURCES[0], as_version=4)
+    before = json.dumps(source, sort_keys=True)
+    student_version(source)
+    assert json.dumps(source, sort_keys=True) == before
+
+
+def test_a_solution_that_is_a_whole_class_body_is_refused():
+    answer = nbformat.v4.new_code_cell(
+        f"class T:\n    {BEGIN_SOLUTION}\n    def f(self):\n        return 1\n    ### END SOLUTION",
+        metadata={"nbgrader": {"grade": False, "grade_id": "e1-answer", "solution": True}})
+    tests = nbformat.v4.new_code_cell(
+        f"with checks('E'):\n    assert T().f() == 1\n{BEGIN_HIDDEN}\nassert T()\n### END HIDDEN TESTS",
+        metadata={"nbgrader": {"grade": True, "grade_id": "e1-tests", "solution": False, "points": 1}})
+    nb = nbformat.v4.new_notebook(cells=[answer, tests])
+    with pytest.raises(AssignmentFormatError, match="inside its methods"):
+        student_version(nb)
+    answer.source = answer.source.replace(f"    {BEGIN_SOLUTION}\n    def f(self):\n",
+                                          f"    def f(self):\n        {BEGIN_SOLUTION}\n")
+    answer.source = answer.source.replace("    ### END SOLUTION", "        ### END SOLUTION")
+    assert "raise NotImplementedError()" in student_version(nb).cells[0].source

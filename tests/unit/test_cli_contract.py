@@ -1,0 +1,232 @@
+"""One command-line contract for every entry point, driven in this process with bad values.
+
+Each case runs ``main(argv)`` of an entry point and expects a refusal: exit status 2 (an
+argparse error naming the flag) or 1 (a one-line error naming the flag or the file), the flag
+or file named on stderr, and no traceback. Nothing is trained: every value is refused before a
+model, a process group or a worker exists. tests/system/test_cli_contract_processes.py runs a
+few of them as real commands, and ``course.notebooks`` (jupytext starts pandoc on import).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from common.cli import (
+    at_least,
+    distinct_files,
+    file_name_part,
+    finite,
+    in_range,
+    is_dir,
+    is_dir_or_absent,
+    is_file,
+    is_file_or_absent,
+)
+from common.shards.format import write_shards
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory, tiny_data) -> dict[str, str]:
+    """A regular file, an empty folder, a missing path, tiny data and tiny shards."""
+    root = tmp_path_factory.mktemp("cli")
+    (root / "file.txt").write_text("not a folder, not a manifest\n")
+    (root / "folder").mkdir()
+    samples = [(tiny_data.images_dir("train") / name, label) for name, label in
+               (line.split(",") for line in
+                tiny_data.labels_csv("train").read_text().splitlines()[1:])]
+    samples = [(path, int(label)) for path, label in samples]
+    write_shards(samples, root / "shards", shard_size=8, classes=tiny_data.classes)
+    write_shards(samples, root / "bare", shard_size=8)  # a manifest without class names
+    (root / "cached").mkdir()
+    (root / "cached" / "cache").write_text("a file where the cache folder goes\n")
+    (root / "site").mkdir()
+    (root / "site-src" / "en").mkdir(parents=True)
+    (root / "site-src" / "en" / "mine.txt").write_text("the user's own notes\n")
+    (root / "ex").mkdir()
+    return {"file": str(root / "file.txt"), "dir": str(root / "folder"),
+            "missing": str(root / "missing" / "x"), "data": str(tiny_data.root),
+            "shards": str(root / "shards"), "bare": str(root / "bare"),
+            "cached": str(root / "cached"), "site": str(root / "site"),
+            "user_file": str(root / "site-src" / "en" / "mine.txt"),
+            "same": str(root / "same.pt"), "ex": str(root / "ex"), "root": str(root)}
+
+
+def _run(module: str, argv: list[str], capsys) -> tuple[int, str]:
+    main = importlib.import_module(module).main
+    try:
+        code = main(argv)
+    except SystemExit as exit_info:
+        code = exit_info.code
+    return code, capsys.readouterr().err
+
+
+DDP, FSDP, SHARDS = "common.ddp.train", "common.fsdp.train", "common.shards.train"
+TRAINER_CASES = [  # (argv after --tiny, the flag stderr must name)
+    (["--lr", "nan"], "--lr"), (["--lr", "inf"], "--lr"), (["--lr", "-1"], "--lr"),
+    (["--momentum", "nan"], "--momentum"), (["--weight-decay", "inf"], "--weight-decay"),
+    (["--image-size", "4"], "--image-size"), (["--step-delay", "inf"], "--step-delay"),
+    (["--threads", "-1"], "--threads"), (["--num-workers", "-1"], "--num-workers"),
+    (["--data", "{file}"], "--data"), (["--data", "{missing}"], "--data"),
+    (["--save-final", "{dir}"], "--save-final"), (["--log-file", "{dir}"], "--log-file"),
+    (["--save-final", "{same}", "--log-file", "{same}"], "--log-file"),
+    (["--optimizer", "bogus"], "--optimizer"),
+]
+CASES = [  # (module, argv, exit status, what stderr must name)
+    *[(DDP, ["--tiny", *argv], 2, flag) for argv, flag in TRAINER_CASES],
+    (DDP, ["--tiny", "--snapshot", "{dir}"], 2, "--snapshot"),
+    (DDP, ["--tiny", "--snapshot", "{same}", "--save-final", "{same}"], 2, "--save-final"),
+    (DDP, ["--tiny", "--snapshot", "{file}/x.pt"], 2, "--snapshot"),
+    *[(FSDP, ["--tiny", *argv], 2, flag) for argv, flag in TRAINER_CASES],
+    (FSDP, ["--tiny", "--checkpoint", "{file}"], 2, "--checkpoint"),
+    (FSDP, ["--tiny", "--keep", "0"], 2, "--keep"),
+    (SHARDS, ["--tiny", "--shards", "{shards}", "--val-shards", "{shards}", "--num-classes", "2"],
+     1, "--num-classes"),
+    (SHARDS, ["--tiny", "--shards", "{file}", "--val-shards", "{shards}"], 1, "--shards"),
+    (SHARDS, ["--tiny", "--shards", "{shards}", "--val-shards", "{missing}"], 1, "--val-shards"),
+    (SHARDS, ["--tiny", "--shards", "{dir}"], 1, "--shards"),
+    (SHARDS, ["--tiny", "--image-size", "4"], 2, "--image-size"),
+    (SHARDS, ["--tiny", "--num-workers", "-1"], 2, "--num-workers"),
+    (SHARDS, ["--tiny", "--lr", "nan"], 2, "--lr"),
+    (SHARDS, ["--tiny", "--num-classes", "0"], 2, "--num-classes"),
+    (SHARDS, ["--tiny", "--out", "{dir}"], 2, "--out"),
+    *[("common.fast.benchmark", ["--quick", *argv], 2, flag) for argv, flag in [
+        (["--max-images", "-1"], "--max-images"), (["--min-seconds", "-1"], "--min-seconds"),
+        (["--min-seconds", "nan"], "--min-seconds"), (["--crop-size", "0"], "--crop-size"),
+        (["--threads", "-1"], "--threads"), (["--threads", "0"], "--threads"),
+        (["--num-workers", "0", "-1"], "--num-workers"),
+        (["--formulations", "bogus"], "--formulations"), (["--out", "{file}"], "--out"),
+        (["--data-root", "{file}"], "--data-root"), (["--data-root", "{missing}"], "--data-root"),
+        (["--data-root", "{dir}"], "--data-root")]],
+    ("common.fast.benchmark", ["--quick", "--data-root", "{data}", "--out", "{cached}",
+                               "--no-progress"], 1, "cache"),
+    *[("common.shards.bench", ["--quick", *argv], 2, flag) for argv, flag in [
+        (["--max-images", "-1"], "--max-images"), (["--min-seconds", "-1"], "--min-seconds"),
+        (["--threads", "-1"], "--threads"), (["--num-workers", "-1"], "--num-workers"),
+        (["--shard-size", "0"], "--shard-size"), (["--out", "{file}"], "--out"),
+        (["--data-root", "{dir}"], "--data-root")]],
+    ("common.ddp.bench", ["--data", "{file}"], 2, "--data"),
+    ("common.ddp.bench", ["--ranks", "0"], 2, "--ranks"),
+    ("common.fsdp.bench", ["--image-size", "4"], 2, "--image-size"),
+    ("common.fsdp.bench", ["--batch-size", "5", "--ranks", "2"], 2, "--batch-size"),
+    ("common.ddp.collectives_demo", ["--ranks", "2"], 2, "--ranks"),
+    ("common.doctor", ["--fix"], 2, "--fix"),
+    *[("common.make_data", argv, 2, flag) for argv, flag in [
+        (["--jpeg-quality", "0"], "--jpeg-quality"), (["--jpeg-quality", "1000"], "--jpeg-quality"),
+        (["--min-size", "2", "--max-size", "3"], "--min-size"),
+        (["--min-size", "64", "--max-size", "32"], "--max-size"),
+        (["--num-val", "0"], "--num-val"), (["--root", "{file}"], "--root"),
+        (["--root", "{file}/shapes"], "--root")]],
+    *[("common.shards.make", argv, 2, flag) for argv, flag in [
+        (["--prefix", "../escaped", "--out", "{dir}"], "--prefix"),
+        (["--prefix", "a/b", "--out", "{dir}"], "--prefix"), (["--prefix", ""], "--prefix"),
+        (["--out", "{file}"], "--out"), (["--shard-size", "0"], "--shard-size"),
+        (["--csv", "{missing}", "--images", "{dir}", "--out", "{dir}"], "--csv"),
+        (["--csv", "{dir}", "--images", "{dir}", "--out", "{dir}"], "--csv"),
+        (["--csv", "{file}", "--images", "{file}", "--out", "{dir}"], "--images")]],
+    ("common.shards.make", ["--csv", "{file}", "--images", "{dir}", "--out", "{dir}"], 1,
+     "file.txt"),
+    ("common.diagrams.__main__", ["--out", "{file}"], 2, "--out"),
+    ("common.diagrams.__main__", ["--only", "bogus"], 2, "--only"),
+    ("course.site", ["--root", "{missing}", "--out", "{site}"], 2, "--root"),
+    ("course.site", ["--root", "{file}", "--out", "{site}"], 2, "--root"),
+    ("course.site", ["--root", "{dir}", "--out", "{site}"], 2, "--root"),
+    ("course.site", ["--out", "{file}"], 2, "--out"),
+    ("course.translate", ["status", "--chapters", "{missing}"], 2, "--chapters"),
+    ("course.translate", ["status", "--chapters", "{file}"], 2, "--chapters"),
+    ("course.translate", ["status", "--chapters", "{dir}"], 2, "--chapters"),
+    ("course.translate", ["status", "--notebooks", "99_nothing.ipynb"], 2, "--notebooks"),
+    ("course.translate", ["check", "--notebooks", "99_nothing.ipynb"], 2, "--notebooks"),
+    ("course.assignments", ["list", "--sources", "{missing}"], 2, "--sources"),
+    ("course.assignments", ["list", "--sources", "{file}"], 2, "--sources"),
+    ("course.assignments", ["build", "--out", "{file}"], 2, "--out"),
+    ("course.assignments", ["build", "--sources", "{ex}", "--out", "{ex}"], 2, "--out"),
+]
+
+
+@pytest.mark.parametrize(("module", "argv", "code", "named"), CASES,
+                         ids=[f"{m} {' '.join(a)}" for m, a, _, _ in CASES])
+def test_a_bad_value_is_refused_by_name_without_a_traceback(module, argv, code, named, places,
+                                                             capsys):
+    argv = [arg.format(**places) for arg in argv]
+    got, err = _run(module, argv, capsys)
+    assert got == code, err[-2000:]
+    assert named in err, err[-2000:]
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()[-1]) < 400  # one line says it, not a dump
+
+
+def test_a_folder_holding_the_site_staging_of_a_user_is_left_alone(places, capsys):
+    user_file = Path(places["user_file"])
+    code, err = _run("course.site", ["--out", places["site"]], capsys)
+    assert code == 1 and "site-src" in err and "Traceback" not in err
+    assert user_file.read_text() == "the user's own notes\n"  # not deleted
+    assert not any(Path(places["site"]).iterdir())  # --out untouched too
+
+
+def test_the_site_staging_folder_is_stamped_and_reused(tmp_path):
+    from course.site import MARKER, _prepare_work
+
+    _prepare_work(tmp_path / "w")  # new: created and stamped
+    (tmp_path / "w" / "en").mkdir()
+    _prepare_work(tmp_path / "w")  # ours: reused
+    assert (tmp_path / "w" / MARKER).is_file()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x").write_text("")
+    with pytest.raises(FileExistsError, match="not written by course.site"):
+        _prepare_work(tmp_path / "other")
+
+
+def test_make_shards_prefix_writes_nothing_outside_out(places, capsys, tmp_path):
+    out = tmp_path / "out"
+    code, err = _run("common.shards.make", ["--prefix", "../escaped", "--out", str(out)], capsys)
+    assert code == 2 and "--prefix" in err
+    assert not list(tmp_path.glob("escaped*")) and not out.exists()
+
+
+def test_a_manifest_without_classes_bounds_labels_by_num_classes(places):
+    from common.shards.train import ShardTrainConfig, read_shards
+
+    config = ShardTrainConfig(shards=places["bare"], num_classes=3)
+    assert {shard.num_classes for shard in read_shards(config, "shards")} == {3}
+    named = ShardTrainConfig(shards=places["shards"], num_classes=6)
+    assert {shard.num_classes for shard in read_shards(named, "shards")} == {6}
+    manifest = json.loads((Path(places["shards"]) / "manifest.json").read_text())
+    assert len(manifest["classes"]) == 6
+
+
+def test_the_translation_status_of_one_notebook_is_that_notebook(capsys):
+    from course import translate
+
+    notebook = translate.english_notebooks()[0]
+    assert translate.main(["status", "--notebooks", notebook]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and notebook in lines[0]
+
+
+def test_the_validators(tmp_path):
+    class C:
+        lr, steps, sizes, quality = math.nan, 4, (2, 9), 0
+        folder, file, out, log, prefix = str(tmp_path), str(tmp_path / "f"), "", "", "a/b"
+
+    (tmp_path / "f").write_text("")
+    assert finite(C, "lr") and not finite(C, "steps")
+    assert at_least(C, 8, "steps", why="w") == {"steps": "must be at least 8 (w), got 4"}
+    assert at_least(C, 2, "sizes") == {} and at_least(C, 3, "sizes")
+    assert in_range(C, "quality", 1, 95) and not in_range(C, "steps", 1, 95)
+    assert in_range(C, "lr", 0, 1)  # nan is in no range
+    assert is_dir(C, "file") and not is_dir(C, "folder") and not is_dir(C, "out")
+    assert is_file(C, "folder") and not is_file(C, "file")
+    assert is_dir_or_absent(C, "file") and not is_dir_or_absent(C, "folder")
+    assert is_file_or_absent(C, "folder") and not is_file_or_absent(C, "file")
+    C.out = C.log = str(tmp_path / "same")
+    assert distinct_files(C, "out", "log") == {"log": f"names the same file as --out ({C.log})"}
+    assert file_name_part(C, "prefix")
+    C.prefix = "shard"
+    assert not file_name_part(C, "prefix")

@@ -1,0 +1,83 @@
+"""Tests for common/distributed.py: samplers, launch helpers, the collectives under torchrun."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+from torch.utils.data import DistributedSampler
+
+from common.ddp.launch import free_port, launch_env, torchrun_command
+from common.ddp.process_group import (
+    all_reduce_sum,
+    gather_objects,
+    is_main_process,
+    setup_distributed,
+)
+from common.ddp.samplers import ResumableDistributedSampler, ShardSampler
+
+
+@pytest.mark.parametrize(("size", "world_size"), [(13, 2), (13, 3), (4, 4), (2, 3)])
+def test_shard_sampler_counts_every_sample_exactly_once(size, world_size):
+    shards = [list(ShardSampler(size, rank=r, world_size=world_size)) for r in range(world_size)]
+    assert sorted(i for shard in shards for i in shard) == list(range(size))
+    assert [len(ShardSampler(size, rank=r, world_size=world_size)) for r in range(world_size)] \
+        == [len(shard) for shard in shards]
+
+
+def test_distributed_sampler_pads_with_duplicates_which_shard_sampler_avoids():
+    padded = [i for r in range(2) for i in DistributedSampler(range(13), 2, r, shuffle=False)]
+    assert len(padded) == 14 and len(set(padded)) == 13  # torch repeats one sample
+    with pytest.raises(ValueError, match="rank must lie in 0..1"):
+        ShardSampler(13, rank=2, world_size=2)
+
+
+@pytest.mark.parametrize("start", [0, 1, 5, 12])
+def test_resumable_sampler_continues_the_same_order(start):
+    dataset = range(25)
+    reference = DistributedSampler(dataset, num_replicas=2, rank=1, seed=3, drop_last=True)
+    resumable = ResumableDistributedSampler(dataset, num_replicas=2, rank=1, seed=3,
+                                            drop_last=True)
+    reference.set_epoch(4)
+    resumable.set_epoch(4, start=start)
+    assert list(resumable) == list(reference)[start:]
+    assert len(resumable) == 12 - start
+    resumable.set_epoch(5)  # the next epoch starts from its beginning again
+    reference.set_epoch(5)
+    assert list(resumable) == list(reference)
+    with pytest.raises(ValueError, match="start must lie in 0..12"):
+        resumable.set_epoch(5, start=13)
+
+
+def test_without_torchrun_one_process_and_no_group(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    info = setup_distributed(device_type="cpu")
+    assert (info.rank, info.world_size, info.initialized, is_main_process()) == (0, 1, False, True)
+    assert is_main_process()
+    values = torch.tensor([1.0, 2.0])
+    summed = all_reduce_sum(values)
+    assert torch.equal(summed, values) and summed is not values
+    assert gather_objects({"a": 1}) == [{"a": 1}]
+
+
+def test_free_port_can_be_bound():
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+    assert 1024 <= port < 65536
+
+
+def test_torchrun_command_forms():
+    single = torchrun_command("common.x", ["--a", "1"], nproc_per_node=2)
+    assert single[1:] == ["-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone",
+                          "-m", "common.x", "--a", "1"]
+    multi = torchrun_command("common.x", nproc_per_node=1, nnodes=2,
+                             rdzv_endpoint="127.0.0.1:1234", rdzv_id="j", max_restarts=1)
+    assert "--nnodes=2" in multi and "--rdzv-endpoint=127.0.0.1:1234" in multi
+    assert "--rdzv-backend=c10d" in multi and "--max-restarts=1" in multi
+    with pytest.raises(ValueError, match="needs an rdzv_endpoint"):
+        torchrun_command("common.x", nnodes=2)
+    env = launch_env(threads=1)
+    assert env["OMP_NUM_THREADS"] == "1" and env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"

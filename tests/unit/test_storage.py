@@ -1,0 +1,69 @@
+"""common.storage: SlowStorage waits as stated, changes nothing, and works in workers."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from common.storage import SlowStorage
+
+
+def make_dataset(n: int = 8) -> TensorDataset:
+    return TensorDataset(torch.arange(n * 3, dtype=torch.float32).view(n, 3), torch.arange(n))
+
+
+def test_every_read_waits_at_least_the_latency():
+    storage = SlowStorage(make_dataset(), latency_s=0.02)
+    start = time.perf_counter()
+    for i in range(5):
+        storage[i]
+    assert time.perf_counter() - start >= 5 * 0.02
+
+
+def test_no_latency_is_fast():
+    storage = SlowStorage(make_dataset(), latency_s=0)
+    start = time.perf_counter()
+    for i in range(8):
+        storage[i]
+    assert time.perf_counter() - start < 0.05
+
+
+def test_samples_pass_through_unchanged():
+    dataset = make_dataset()
+    storage = SlowStorage(dataset, latency_s=0.0)
+    assert len(storage) == len(dataset)
+    for i in (0, 3, -1):
+        (x, y), (ex, ey) = storage[i], dataset[i]
+        assert torch.equal(x, ex) and torch.equal(y, ey)
+    with pytest.raises(IndexError, match="out of range"):
+        storage[len(dataset)]
+
+
+def test_stalls_are_every_kth_read_and_deterministic():
+    storage = SlowStorage(make_dataset(8), latency_s=0.001, stall_s=0.05, stall_every=4)
+    assert [storage.wait_s(i) for i in range(8)] == pytest.approx(
+        [0.001, 0.001, 0.001, 0.051, 0.001, 0.001, 0.001, 0.051])
+    start = time.perf_counter()
+    storage[3]
+    assert time.perf_counter() - start >= 0.05
+
+
+@pytest.mark.parametrize("latency", [-0.001, math.nan, math.inf])
+def test_bad_latency_is_refused(latency):
+    with pytest.raises(ValueError, match="latency_s"):
+        SlowStorage(make_dataset(), latency_s=latency)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(TypeError, match="latency_s"):
+        SlowStorage(make_dataset(), latency_s="5ms")
+    with pytest.raises(ValueError, match="stall_every"):
+        SlowStorage(make_dataset(), stall_every=-1)
+    with pytest.raises(ValueError, match="needs stall_every"):
+        SlowStorage(make_dataset(), stall_s=0.1)
+    with pytest.raises(TypeError, match="map-style"):
+        SlowStorage([1, 2, 3].__iter__())
