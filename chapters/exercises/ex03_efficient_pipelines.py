@@ -94,8 +94,9 @@ assert torch.allclose(out, expected, atol=1e-6), "wrong values for another mean/
 # A dataset that keeps its samples as a Python list of `(path, label)` tuples makes every DataLoader
 # worker slowly copy that list: reading a Python object writes its reference count, and the
 # copy-on-write pages are duplicated per worker. Write `CompactDataset(samples)` that keeps the
-# index in two NumPy arrays (paths as a fixed-width `np.str_` array, labels as `int64`) and nothing
-# else of length N; `ds[i]` returns `(path, label)` as `(str, int)`.
+# index in two NumPy arrays, `self.paths` (a fixed-width `np.str_` array) and `self.labels`
+# (`int64`), and nothing else of length N; `len(ds)` and `ds[i]` read those two arrays, and `ds[i]`
+# returns `(path, label)` as `(str, int)`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex2-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class CompactDataset(Dataset):
@@ -136,6 +137,16 @@ assert arrays, "keep the index in NumPy arrays"
 assert all(a.dtype != object for a in arrays), \
     "an object array is still a list of Python objects: use dtype=np.str_ and np.int64"
 assert [ds[i] for i in range(50)] == samples, "every sample must come back unchanged"
+# what the arrays mean, by behaviour: a copy given other arrays serves those, whatever else it keeps
+rng = np.random.default_rng(3)
+other_paths = np.array([f"other/{rng.integers(10**6):06d}.png" for _ in range(37)], dtype=np.str_)
+other_labels = rng.integers(0, 9, 37).astype(np.int64)
+swapped = copy.copy(ds)
+swapped.paths, swapped.labels = other_paths, other_labels
+assert len(swapped) == 37, "len(ds) must be the length of self.labels"
+wanted = [(str(p), int(y)) for p, y in zip(other_paths, other_labels, strict=True)]
+assert [swapped[i] for i in range(37)] == wanted, \
+    "ds[i] must read self.paths[i] and self.labels[i], not a copy of the samples kept elsewhere"
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -15,11 +15,12 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
 
     host (the instructor's machine)           | inside the sandbox (bubblewrap), own uid
                                               |
-    grader  --- JSON lines: setup cells, ---> | judge            runs instructor setup cells
-    (grader.py, judges.py)  answers, checks   | (inside/judge.py)  only; forks per exercise:
-      keeps only the reply fields it knows    |    |
-      writes the report after every judge     |    +-- checker   runs the check cell; the
-      of a notebook is dead                   |    |   (inside/checker.py)  answer's names
+    grader  --- JSON lines: setup cells, ---> | judge            passes the check cells on;
+    (grader.py, judges.py)  answers, checks   | (inside/judge.py)  first forks a template,
+      keeps only the reply fields it knows    |    |  which runs the setup cells and never holds
+      writes the report after every judge     |    |  a check cell; it forks per exercise:
+      of a notebook is dead                   |    +-- checker   runs the check cell; the
+                                              |    |   (inside/checker.py)  answer's names
                                               |    |    |                   are handles
                                               |    |    | socket: plain data only
                                               |    |    | (inside/channel.py, codec.py,
@@ -30,14 +31,21 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
                                               |                            the checker's calls
 
 - *Who runs what.* The grader never runs student code. The judge runs only instructor
-  code. The answer process is forked (from the judge, through the checker) before the check
-  cell is read, so it never holds the checks' text; it runs the answer cells, which are
+  code. Every checker and answer process is forked from the judge's template, a process made
+  before the judge read any request, which never holds a check cell (the judge reads them to
+  pass them on, and freed text stays in its memory); the answer process is forked (through
+  the checker) before the checker reads its own exercise's check cell, so no answer process
+  ever holds the text of any check. It runs the answer cells, which are
   refused unless their top level is only imports, ``def``, ``class`` and constants
   (``inside/answer_rules.py``), in plain Python (no IPython: input and AST transformers do
   not exist). In the checker each name an answer defines is a handle whose calls cross a
   socket and come back as data: values rebuilt from bytes with exact types, read by an
-  unpickler that refuses every global. A handle does not compare, convert or add, so an
-  object that "equals anything" equals nothing. The checker is not dumpable (no ptrace, no
+  unpickler that refuses every global; a tensor of a subclass arrives as a plain tensor of
+  its data. A handle does not compare, convert or add, so an object that "equals anything"
+  equals nothing; it forwards no dunder attribute but ``__dict__`` and ``__name__`` (so no
+  ``__torch_function__``, ``__array_interface__``...: torch and NumPy never dispatch to the
+  answer's code), and it claims no class with C behind it (tensors, arrays, NumPy scalars,
+  images), so C code never reads a handle as one of its objects. The checker is not dumpable (no ptrace, no
   ``/proc/PID/mem``) and reports JSON through a pipe of its own. So an answer earns its own
   exercise's points by the data it returns and nothing else.
 - *Integrity records, not penalties.* The answer process reports what it rebound among the
@@ -66,10 +74,18 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
   repository (new files included) after every exercise: a change zeroes that exercise, is
   undone, and is recorded as kind ``files``.
 
+- *The host side cannot be taken down.* An answer cell over 100,000 characters is refused
+  unparsed, and one nested too deeply is a syntax error of its exercise; only regular files
+  are read (opened without blocking: a FIFO is refused); every string from a submission is
+  written and printed through ``text.shown`` (no lone surrogate, control character or ANSI
+  escape reaches a file or the terminal raw); ``grades.csv``, ``grades.json`` and feedback
+  notebooks are written to a temporary file and renamed, so a failure keeps the old report.
+
 Layout
 ------
 Host side: ``config`` (what to grade, the report's rows), ``grader`` (submissions, scores,
-the command line), ``report`` (``grades.csv``, ``grades.json``, feedback), ``judges``
+the command line), ``report`` (``grades.csv``, ``grades.json``, feedback), ``text`` (strings
+from a submission, made safe), ``judges``
 (starting judges and speaking to them), ``sandbox`` (bubblewrap, setpriv, the file guard,
 uids). Inside the sandbox: ``inside/``. The student side (``course.checks``) is what the
 exercise notebooks import.

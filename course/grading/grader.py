@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import site
+import stat
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -26,6 +27,7 @@ from course.grading.inside.channel import MAX_MESSAGE
 from course.grading.judges import Run, may_drop, run_notebook
 from course.grading.report import write_feedback, write_report
 from course.grading.sandbox import FileGuard, choose_sandbox
+from course.grading.text import shown
 
 
 class SandboxRequired(RuntimeError):
@@ -48,20 +50,25 @@ def find_submissions(config: GradingConfig, names: list[str]) -> list[tuple[str,
 
 
 def read_submission(path: Path, folder: Path) -> nbformat.NotebookNode:
-    """Read a submitted notebook without following links: a symbolic or hard link is refused.
+    """Read a submitted notebook without following links: a symbolic or hard link is refused, and
+    anything but a regular file (a FIFO named like the notebook would block ``open`` forever).
 
     Raises:
-        ValueError: Naming the link.
+        ValueError: Naming the link or the kind of file.
     """
     for part in [path, *path.parents]:
         if part == folder.parent:
             break
         if part.is_symlink():
             raise ValueError(f"{part.name} is a symbolic link: hand in the file itself")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as handle:
-        if os.fstat(handle.fileno()).st_nlink > 1:
-            raise ValueError(f"{path.name} is a hard link: hand in a copy of the file")
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{shown(path.name)} is not a regular file: hand in the notebook itself")
+        if info.st_nlink > 1:
+            raise ValueError(f"{shown(path.name)} is a hard link: hand in a copy of the file")
+        os.set_blocking(handle.fileno(), True)
         return nbformat.reads(handle.read(50 * 2**20).decode("utf-8"), as_version=4)
 
 
@@ -167,7 +174,11 @@ def grade_notebook(student: str, source_path: Path, submission_path: Path | None
     if "(setup)" in run.changes:  # changed while an instructor cell ran: reported, worth nothing
         message = "changed files outside its working copy (undone): " + "; ".join(run.changes["(setup)"])
         results.append(Result(student, f"{notebook}/(setup)", 0.0, 0.0, message[:MAX_MESSAGE]))
-    write_feedback(nb, exercises, results, config.out / "feedback" / student / source_path.name)
+    try:  # the feedback is a courtesy: failing to write it costs no points
+        write_feedback(nb, exercises, results, config.out / "feedback" / student / source_path.name)
+    except (OSError, ValueError, TypeError) as error:
+        print(f"WARNING: no feedback for {shown(student)}/{source_path.name}: {shown(error)}",
+              file=sys.stderr, flush=True)
     return results, integrity
 
 
@@ -203,7 +214,7 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
     results: list[Result] = []
     integrity: list[Integrity] = []
     for student, name, path in find_submissions(config, list(sources)):
-        print(f"grading {student}/{name} ...", flush=True)
+        print(f"grading {shown(student)}/{shown(name)} ...", flush=True)
         try:
             rows, problems = grade_notebook(student, sources[name], path, config, sandbox, guard)
         except Exception as error:  # noqa: BLE001 - one broken submission must not stop the rest
@@ -244,12 +255,12 @@ def main(argv: list[str] | None = None) -> int:
     if info["sandbox"] != "bwrap":
         print("graded WITHOUT the sandbox: the input was declared trusted (--trusted)")
     for problem in info["integrity"]:
-        print(f"{'NOTE' if problem['kind'] == 'rebound' else 'WARNING'} {problem['student']} "
-              f"{problem['exercise']}: {problem['kind']}: "
-              + "; ".join(problem["details"]), file=sys.stderr)
-    totals = json.loads((config.out / "grades.json").read_text())["totals"]
+        print(f"{'NOTE' if problem['kind'] == 'rebound' else 'WARNING'} {shown(problem['student'])} "
+              f"{shown(problem['exercise'])}: {shown(problem['kind'])}: "
+              + shown("; ".join(map(str, problem["details"]))), file=sys.stderr)
+    totals = json.loads((config.out / "grades.json").read_text(encoding="utf-8"))["totals"]
     for student, total in totals.items():
-        print(f"{student}: {total['points']:g} / {total['max_points']:g}")
+        print(f"{shown(student)}: {total['points']:g} / {total['max_points']:g}")
     print(f"report: {config.out / 'grades.csv'} and grades.json")
     return 0
 

@@ -136,7 +136,7 @@ def _prefix(workdir: Path, config: GradingConfig, sandbox: str, uid: int | None)
                if p.is_dir() and not any(p.resolve().is_relative_to(r) for r in roots)]
     exposed = [repo / p for p in EXPOSED if (repo / p).exists()]
     exposed += [p for p in pythons if any(p.is_relative_to(r) for r in roots)]
-    return bwrap_prefix(workdir, hidden, exposed)
+    return bwrap_prefix(workdir, hidden, exposed, shm_mb=config.memory_mb)
 
 
 def _workdir(tmp: Path, uid: int | None) -> Path:
@@ -156,7 +156,8 @@ def _judge(requests: list[dict], tmp: Path, config: GradingConfig, sandbox: str,
     workdir = tmp / "work"
     limits = {"repo": str(config.repo), "uid": uid, "cell_timeout": config.cell_timeout,
               "memory_mb": config.memory_mb, "cpu_seconds": config.cpu_seconds,
-              "processes": config.processes, "open_files": config.open_files, "file_mb": config.file_mb}
+              "processes": config.processes, "open_files": config.open_files, "file_mb": config.file_mb,
+              "shm": "/dev/shm" if sandbox == "bwrap" else None}  # the sandbox's own: emptied per exercise
     deadline = time.monotonic() + config.timeout
     with open(tmp / "judge.err", "wb") as errors:
         proc = subprocess.Popen([*_prefix(workdir, config, sandbox, uid), *judge_command(limits)],

@@ -1,9 +1,17 @@
-"""The report: ``grades.csv``, ``grades.json`` and one feedback notebook per student and notebook."""
+"""The report: ``grades.csv``, ``grades.json`` and one feedback notebook per student and notebook.
+
+Every string from a submission is written through ``text.shown`` (no surrogate, no control
+character), and each file is written whole to a temporary file and then renamed over the old
+one: a failure leaves the previous report as it was, never a file cut short.
+"""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -11,6 +19,33 @@ import nbformat
 
 from course.assignments import Exercise, strip_hidden_tests
 from course.grading.config import Result
+from course.grading.text import clean, shown
+
+
+def _safe(value: object) -> object:
+    """``value`` with every string (keys too) shown safely; numbers and the rest as they are."""
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, dict):
+        return {shown(k): _safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_safe(v) for v in value]
+    return value
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file and ``os.replace``."""
+    data = text.encode("utf-8")  # fails here, before any file is touched
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
 
 
 def write_feedback(nb: nbformat.NotebookNode, exercises: list[Exercise], results: list[Result],
@@ -20,23 +55,28 @@ def write_feedback(nb: nbformat.NotebookNode, exercises: list[Exercise], results
     for exercise in exercises:
         cell, row = nb.cells[exercise.tests_cell], rows[exercise.key]
         cell.source = strip_hidden_tests(cell.source)
-        text = f"{exercise.key}: {row.points:g} / {row.max_points:g} points: {row.message}\n"
+        text = f"{exercise.key}: {row.points:g} / {row.max_points:g} points: {shown(row.message)}\n"
         cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    for cell in nb.cells:  # the answers as handed in, but encodable (no lone surrogate)
+        cell.source = clean(cell.source)
     path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, path)
+    write_atomically(path, nbformat.writes(nb))
 
 
 def write_report(results: list[Result], out: Path, info: dict) -> None:
     """Write ``grades.csv`` and ``grades.json`` (rows, totals per student, sandbox, integrity)."""
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "grades.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(Result.__dataclass_fields__))
-        writer.writeheader()
-        writer.writerows(asdict(r) for r in results)
+    rows = [_safe(asdict(r)) for r in results]
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=list(Result.__dataclass_fields__))
+    writer.writeheader()
+    writer.writerows(rows)
     totals: dict[str, dict[str, float]] = {}
-    for r in results:
-        total = totals.setdefault(r.student, {"points": 0.0, "max_points": 0.0})
-        total["points"] += r.points
-        total["max_points"] += r.max_points
-    report = {**info, "totals": totals, "results": [asdict(r) for r in results]}
-    (out / "grades.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    for row in rows:
+        total = totals.setdefault(row["student"], {"points": 0.0, "max_points": 0.0})
+        total["points"] += row["points"]
+        total["max_points"] += row["max_points"]
+    report = {**_safe(info), "totals": totals, "results": rows}
+    text = json.dumps(report, indent=1, ensure_ascii=False)
+    write_atomically(out / "grades.csv", table.getvalue())
+    write_atomically(out / "grades.json", text)

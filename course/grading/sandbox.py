@@ -18,6 +18,7 @@ import itertools
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -39,8 +40,10 @@ class FileGuard:
     def __init__(self, roots: list[tuple], skip: tuple[Path, ...] = ()) -> None:
         self.roots = [(Path(r[0]), tuple(r[1]), r[2] if len(r) > 2 else None) for r in roots]
         self.skip = {Path(p).resolve() for p in skip}
-        self.saved = {path: path.read_bytes() for path in self._listing()}
+        # only regular files are read: a FIFO (a submission named like a notebook) would block
+        self.saved = {path: path.read_bytes() for path in self._listing() if _regular(path)}
         self.hashes = {path: hashlib.sha256(data).hexdigest() for path, data in self.saved.items()}
+        self.others = {path for path in self._listing() if path not in self.saved}
 
     def _listing(self) -> list[Path]:
         found: set[Path] = set()
@@ -58,31 +61,44 @@ class FileGuard:
         """Describe every file modified, deleted or created since the snapshot."""
         now = set(self._listing())
         found = [f"deleted {p}" for p in self.saved if p not in now]
-        found += [f"created {p}" for p in sorted(now - set(self.saved))]
+        found += [f"created {p}" for p in sorted(now - set(self.saved) - self.others)]
         found += [f"modified {p}" for p in self.saved if p in now
-                  and hashlib.sha256(p.read_bytes()).hexdigest() != self.hashes[p]]
+                  and (not _regular(p) or hashlib.sha256(p.read_bytes()).hexdigest() != self.hashes[p])]
         return found
 
     def restore(self) -> None:
         """Put every remembered file back and remove files created since."""
-        for path in set(self._listing()) - set(self.saved):
+        for path in set(self._listing()) - set(self.saved) - self.others:
             path.unlink()
         for path, data in self.saved.items():
-            if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != self.hashes[path]:
+            if not _regular(path) or hashlib.sha256(path.read_bytes()).hexdigest() != self.hashes[path]:
+                if path.exists() and not _regular(path):
+                    path.unlink()
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)
 
 
-def bwrap_prefix(workdir: Path, hidden: list[Path], exposed: list[Path] = ()) -> list[str]:
+def _regular(path: Path) -> bool:
+    """A regular file (not a link, FIFO, socket or device): the only kind read."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def bwrap_prefix(workdir: Path, hidden: list[Path], exposed: list[Path] = (),
+                 shm_mb: int | None = None) -> list[str]:
     """The bubblewrap command line: everything read-only, ``workdir`` writable, ``hidden`` empty.
 
     ``exposed`` are put back read-only inside hidden folders (e.g. ``common/`` inside the hidden
     repository). No network (a namespace of its own with only loopback), no view of other
-    processes, and every process ends with the sandbox.
+    processes, and every process ends with the sandbox. ``/dev/shm`` is a tmpfs of its own, of
+    at most ``shm_mb`` MiB: its files are memory that no process's limit counts.
     """
     # /dev/shm writable by the judge's own uid: DataLoader workers pass batches through it.
+    size = ["--size", str(shm_mb * 2**20)] if shm_mb else []
     args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--perms", "1777", "--tmpfs", "/dev/shm"]
+            "--perms", "1777", *size, "--tmpfs", "/dev/shm"]
     for path in hidden:
         args += ["--tmpfs", str(path)]
     made: set[Path] = set()

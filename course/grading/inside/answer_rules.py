@@ -5,11 +5,25 @@ that ran code at the top level would act before the checker has even started; re
 keeps every line a student wrote inside the functions the checks call. ``defined_names`` is
 what the checker binds to handles: the names an answer defines, read from its syntax, not by
 running it.
+
+What the rule allows, precisely: it reads syntax, so it holds for code a class statement runs
+through ``type`` (class bodies of definitions and constants, no decorators, keywords or
+``__init_subclass__``-style hooks). A base class from a library may still run the new class's
+methods while the class is being defined: an ``enum.Enum`` subclass calls its members'
+``__new__`` and ``__init__``, and a library base's own ``__init_subclass__`` may call methods of
+the subclass. That code runs in the answer's process, before the checker asks anything; it
+gains nothing there (the answer could do the same at its first call, and the checks run in
+another process), so it is allowed, and this is the one kind of student code that runs at
+definition time.
 """
 
 from __future__ import annotations
 
 import ast
+
+#: Longest answer cell parsed (characters): the instructor's longest is a few KB. ``ast.parse``
+#: needs ~500 bytes of memory per character of nested code, in the grader: 45 MB would need ~22 GiB.
+MAX_ANSWER_CHARS = 100_000
 
 #: Methods whose definition runs code of the class when another class (or a subscript) uses it.
 HOOK_METHODS = {"__init_subclass__", "__set_name__", "__mro_entries__", "__class_getitem__"}
@@ -86,17 +100,23 @@ def answer_problems(source: str) -> str | None:
     Decorators, defaults, annotations and class bodies must not call anything either, so
     nothing a student wrote runs until the checks call it.
     """
+    if not isinstance(source, str):
+        return "the answer cell is not text"
+    if len(source) > MAX_ANSWER_CHARS:
+        return f"the answer cell has {len(source):,} characters, more than the {MAX_ANSWER_CHARS:,} allowed"
     try:
         tree = ast.parse(source)
+        own = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+        for node in tree.body:
+            why = _statement_problem(node, own, False)
+            if why:
+                text = (ast.get_source_segment(source, node) or "").splitlines()[0][:80]
+                return (f"line {node.lineno} {why} (`{text}`): an answer cell may only hold imports, "
+                        "def, class and constant assignments")
     except SyntaxError as error:
         return f"SyntaxError: {error.msg} (line {error.lineno})"
-    own = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
-    for node in tree.body:
-        why = _statement_problem(node, own, False)
-        if why:
-            text = (ast.get_source_segment(source, node) or "").splitlines()[0][:80]
-            return (f"line {node.lineno} {why} (`{text}`): an answer cell may only hold imports, "
-                    "def, class and constant assignments")
+    except (MemoryError, RecursionError, ValueError) as error:  # nested too deeply (or a NUL byte)
+        return f"SyntaxError: the answer cell cannot be parsed ({type(error).__name__}: nested too deeply?)"
     return None
 
 
@@ -107,7 +127,7 @@ def defined_names(source: str) -> list[str]:
     """
     try:
         tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, MemoryError, RecursionError, ValueError):
         return []
     names: list[str] = []
     for node in tree.body:

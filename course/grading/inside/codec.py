@@ -33,6 +33,25 @@ def _tensor(value) -> tuple:  # noqa: ANN001
             bool(value.requires_grad), value.device.type)
 
 
+def _plain_tensor(value, torch):  # noqa: ANN001, ANN202
+    """``value`` as a plain strided ``torch.Tensor`` (a subclass's data, without its methods), or None.
+
+    Runs in the answer's process: whatever a subclass's code does here, what is sent is bytes,
+    rebuilt in the checker as a ``torch.Tensor``.
+    """
+    try:
+        with torch._C.DisableTorchFunctionSubclass():
+            plain = value if type(value) in (torch.Tensor, torch.nn.Parameter) \
+                else torch.Tensor.as_subclass(value, torch.Tensor)
+            if type(plain) is not torch.Tensor and type(plain) is not torch.nn.Parameter:
+                return None
+            if plain.layout != torch.strided or plain.is_quantized or plain.is_meta:
+                return None
+            return plain
+    except Exception:  # noqa: BLE001 - a subclass without data (e.g. a wrapper): stays a handle
+        return None
+
+
 def _module_of(value: object) -> str:
     return type(value).__module__ or ""
 
@@ -68,12 +87,11 @@ def encode(value: object, register, peer_id, depth: int = 0) -> object:  # noqa:
     if pid is not None:
         return ("R", pid)
     module = _module_of(value)
-    if module.startswith("torch") and "torch" in sys.modules:
-        import torch
-
-        if kind in (torch.Tensor, torch.nn.Parameter) and value.layout == torch.strided \
-                and not value.is_quantized:
-            return _tensor(value)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):  # a subclass too: sent as its data
+        plain = _plain_tensor(value, torch)
+        return ("H", register(value), ()) if plain is None else _tensor(plain)
+    if module.startswith("torch") and torch is not None:
         if kind is torch.Size:
             return ("S", [int(v) for v in value])
         if kind is torch.dtype:
@@ -148,6 +166,36 @@ def claimable(module: str, qualname: str) -> type | None:
             return None
         found = getattr(found, part, None)
     return found if isinstance(found, type) else None
+
+
+#: ``Py_TPFLAGS_HEAPTYPE``: set on classes made by ``class`` statements, clear on C's static types.
+_HEAPTYPE = 1 << 9
+#: Classes with a C layout or C-level readers that no handle may claim (beyond the static types).
+_C_UNPACKED = (("torch", "Tensor"), ("PIL.Image", "Image"), ("numpy", "ndarray"), ("numpy", "generic"))
+
+
+def claimable_by_handle(module: str, qualname: str) -> type | None:
+    """The class a handle may claim (``isinstance`` in the checks): ``claimable`` and pure Python.
+
+    C code unpacks an object it believes to be of a C type (``THPVariable_Check`` honours
+    ``__class__``): a handle claiming ``torch.Tensor`` would be read as a tensor's memory. So
+    every class of the claimed one's MRO but ``object`` must be made by a ``class`` statement,
+    with no C type below it (``torch.Tensor`` has ``TensorBase``, arrays and NumPy scalars are C
+    types, an image is read by C code): ``nn.Module``, ``Dataset``, ``Optimizer`` may be claimed.
+    """
+    cls = claimable(module, qualname)
+    if cls is None or issubclass(cls, BaseException):
+        return None
+    for base in cls.__mro__:
+        if base is object:
+            continue
+        if not base.__flags__ & _HEAPTYPE or base.__module__ == "builtins":
+            return None
+    for c_module, c_name in _C_UNPACKED:
+        found = getattr(sys.modules.get(c_module), c_name, None)
+        if isinstance(found, type) and issubclass(cls, found):
+            return None
+    return cls
 
 
 def decode(tree: object, handle, peer, depth: int = 0) -> object:  # noqa: ANN001, C901, PLR0911, PLR0912

@@ -1,11 +1,12 @@
-"""The judge, inside the sandbox: instructor setup in one process, two more per exercise.
+"""The judge, inside the sandbox: instructor setup in a template process, two more per exercise.
 
 Started by the grader (``course.grading.judges``) as ``python -m course.grading.inside.judge
 LIMITS_JSON``, behind bubblewrap and ``setpriv``, in a fresh working copy. It speaks JSON
 lines on stdin/stdout: setup cells one at a time, then per exercise the student's answer
-cell; the judge forks the exercise's checker, which forks the answer process
-(``checker``, ``answer``), replies ``ready``, and only then is sent the check cell, which
-it passes to the checker. One reply per request. The judge itself only ever runs
+cell. Before reading anything it forks a template (:class:`Template`), which runs the setup
+cells and never holds a check cell; per exercise the template forks the checker, which
+forks the answer process (``checker``, ``answer``); the judge replies ``ready`` and only
+then is sent the check cell, which it passes to the checker through a pipe. One reply per request. The judge itself only ever runs
 instructor code. Each exercise's processes start from the same clean state and never see
 the grader's channel or another exercise's processes. After each exercise the judge kills
 every process left behind (it is a child subreaper, so double-forked daemons come back to
@@ -21,6 +22,7 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -44,11 +46,11 @@ stdout. It is not meant to be started by hand. LIMITS_JSON is one JSON object: r
 cell_timeout, memory_mb, cpu_seconds, processes, open_files, file_mb."""
 
 
-def kill_strays() -> None:
-    """Kill and reap every child of this process until none is left (orphans come back to it)."""
+def kill_strays(keep: tuple[int, ...] = ()) -> None:
+    """Kill and reap every child of this process but ``keep`` until none is left (orphans come back)."""
     me = psutil.Process()
     for _ in range(1000):
-        strays = me.children()
+        strays = [c for c in me.children() if c.pid not in keep]
         if not strays:
             return
         for child in strays:
@@ -97,25 +99,134 @@ def _changed_files(before: dict[str, tuple], written: list, root: str) -> list[s
             if now.get(p) != stat and not any(p == w or p.startswith(w + os.sep) for w in mine)][:20]
 
 
-def _await_ready(ready: int, pid: int, deadline: float) -> bool:
+class Template:
+    """The judge's end of the template process, which runs the setup cells and forks the checkers.
+
+    The judge reads each check cell (from the grader) to pass it on, so its memory holds the
+    checks of every exercise so far, freed but not erased: an answer forked from it could read
+    them in its own memory. So the judge forks, before it reads any request, a template that
+    never holds a check cell: it runs the setup cells, and for each exercise the judge sends it
+    the request and three pipe ends, and it forks the checker (which forks the answer process).
+    The check cell goes from the judge to the checker through a pipe; the template tells the
+    judge the checker's pid and, when it has ended, its wait status.
+    """
+
+    def __init__(self, module: types.ModuleType, limits: dict, io: tuple) -> None:
+        ours, theirs = socket.socketpair()
+        self.pid = os.fork()
+        if self.pid == 0:
+            ours.close()
+            for fd in (f.fileno() for f in io):
+                os.close(fd)
+            _template(theirs, module, limits)
+        theirs.close()
+        self.sock = ours
+        self.buffer = b""
+
+    def _send(self, kind: bytes, request: dict, fds: tuple[int, ...] = ()) -> None:
+        data = json.dumps(request).encode()
+        socket.send_fds(self.sock, [kind + len(data).to_bytes(8, "big")], list(fds))
+        self.sock.sendall(data)
+
+    def setup(self, request: dict) -> str | None:
+        """Run one setup cell in the template; the error it raised, if any."""
+        try:
+            self._send(b"S", request)
+            return json.loads(self.line(None) or "{}").get("error")
+        except (OSError, ValueError) as error:
+            return f"the template process failed ({error})"
+
+    def start(self, request: dict, fds: tuple[int, int, int]) -> int | None:
+        """Fork the checker for ``request`` with its pipe ends; its pid (None: no template)."""
+        try:
+            self._send(b"E", request, fds)
+            line = self.line(None)
+        except OSError:
+            return None
+        return int(line.split()[1]) if line and line.startswith("pid ") else None
+
+    def line(self, timeout: float | None) -> str | None:
+        """The template's next line, or None if none came within ``timeout`` seconds."""
+        while b"\n" not in self.buffer:
+            if timeout is not None and not select.select([self.sock], [], [], timeout)[0]:
+                return None
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                raise OSError("the template process ended")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode()
+
+
+def _receive(sock: socket.socket) -> tuple[bytes, dict, list[int]] | None:
+    header, fds, _, _ = socket.recv_fds(sock, 9, 3)
+    while 0 < len(header) < 9:
+        chunk = sock.recv(9 - len(header))
+        if not chunk:
+            return None
+        header += chunk
+    if not header:
+        return None
+    size, data = int.from_bytes(header[1:], "big"), b""
+    while len(data) < size:
+        chunk = sock.recv(min(1 << 20, size - len(data)))
+        if not chunk:
+            return None
+        data += chunk
+    return header[:1], json.loads(data.decode()), fds
+
+
+def _template(sock: socket.socket, module: types.ModuleType, limits: dict) -> None:
+    """The template process: runs the setup cells, forks one checker per exercise; never returns."""
+    try:
+        while (message := _receive(sock)) is not None:
+            kind, request, fds = message
+            if kind == b"S":
+                error = run_cell(request["code"], module.__dict__, f"<setup cell {request['index']}>", limits)
+                sock.sendall((json.dumps({"error": error}) + "\n").encode())
+                continue
+            if kind != b"E" or len(fds) != 3:
+                break
+            settle_imports()  # here, not in every answer process
+            pid = os.fork()
+            if pid == 0:
+                sock.close()
+                checker_process(request, module, limits, tuple(fds))
+            for fd in fds:
+                os.close(fd)
+            sock.sendall(f"pid {pid}\n".encode())
+            status = os.waitpid(pid, 0)[1]
+            sock.sendall(f"status {status}\n".encode())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os._exit(0)
+
+
+def _await_ready(ready: int, template: Template, deadline: float) -> bool | int:
+    """True once the checker says ready; its wait status if it ended before; False: time is up."""
     while time.monotonic() < deadline:
         if select.select([ready], [], [], 0.05)[0]:
             return os.read(ready, 1) == b"r"
-        if os.waitpid(pid, os.WNOHANG)[0]:
-            return False
+        line = template.line(0)
+        if line is not None:
+            return int(line.split()[1])
     return False
 
 
-def _pass_check(request: dict, ready: int, check: int, pid: int, io: tuple, deadline: float) -> bool:
+def _pass_check(request: dict, ready: int, check: int, template: Template, io: tuple,
+                deadline: float) -> bool | int:
     """Once the checker is ready, reply ``ready`` and pass it the check cell the grader sends."""
     requests, replies = io
-    if not _await_ready(ready, pid, deadline):
-        return False
+    state = _await_ready(ready, template, deadline)
+    if state is not True:
+        return state
     replies.write(json.dumps({"op": "ready", "key": request["key"]}) + "\n")
     message = json.loads(requests.readline() or "{}")
     if message.get("op") != "check" or message.get("key") != request["key"]:
         return False
     data = str(message.get("check", "")).encode()
+    del message
     try:
         while data:
             data = data[os.write(check, data[:65536]):]
@@ -124,9 +235,10 @@ def _pass_check(request: dict, ready: int, check: int, pid: int, io: tuple, dead
     return True
 
 
-def _collect(report: int, pid: int, deadline: float) -> tuple[bytes, int, bool]:
-    """The checker's report, its exit status, and whether it ran out of time."""
-    chunks, status, timed_out = [], None, False
+def _collect(report: int, pid: int, template: Template, deadline: float,
+             status: int | None) -> tuple[bytes, int, bool]:
+    """The checker's report, its wait status (from the template), and whether it ran out of time."""
+    chunks, timed_out = [], False
     os.set_blocking(report, False)
     while status is None:
         try:
@@ -135,14 +247,12 @@ def _collect(report: int, pid: int, deadline: float) -> tuple[bytes, int, bool]:
                 chunks.append(chunk)
         except BlockingIOError:
             pass
-        done, code = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = code
+        line = template.line(0.01)
+        if line is not None:
+            status = int(line.split()[1])
         elif time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
-            status, timed_out = os.waitpid(pid, 0)[1], True
-        else:
-            time.sleep(0.01)
+            status, timed_out = int(template.line(None).split()[1]), True
     try:
         chunks.append(os.read(report, 65536))
     except BlockingIOError:
@@ -160,26 +270,27 @@ def _why(status: int, timed_out: bool, limits: dict) -> str:
     return f"the process ended without a result (exit status {os.waitstatus_to_exitcode(status)})"
 
 
-def _exercise(request: dict, module: types.ModuleType, limits: dict, io: tuple) -> dict:
-    settle_imports()  # once here, not in every answer process
+def _exercise(request: dict, template: Template, limits: dict, io: tuple) -> dict:
     root = os.getcwd()
     before, stats = _files(root), _stats(root)
+    shm = limits.get("shm")
+    shm_before = _files(shm) if shm and os.path.isdir(shm) else set()
     (ready_r, ready_w), (check_r, check_w), (report_r, report_w) = os.pipe(), os.pipe(), os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        for fd in (*(f.fileno() for f in io), ready_r, check_w, report_r):
-            os.close(fd)
-        checker_process(request, module, limits, (ready_w, check_r, report_w))
+    pid = template.start(request, (ready_w, check_r, report_w))
     for fd in (ready_w, check_r, report_w):
         os.close(fd)
     deadline = time.monotonic() + limits["cell_timeout"]
-    if not _pass_check(request, ready_r, check_w, pid, io, deadline):
+    if pid is None:
+        raise RuntimeError("the template process is gone")
+    passed = _pass_check(request, ready_r, check_w, template, io, deadline)
+    if passed is False:
         os.kill(pid, signal.SIGKILL)
     os.close(check_w)
     os.close(ready_r)
-    payload, status, timed_out = _collect(report_r, pid, deadline)
+    payload, status, timed_out = _collect(report_r, pid, template, deadline,
+                                          passed if passed is not True and passed is not False else None)
     os.close(report_r)
-    kill_strays()
+    kill_strays(keep=(template.pid,))
     os.ftruncate(1, 0)  # the output log: nobody reads it, and the size limit is per file
     os.lseek(1, 0, os.SEEK_SET)
     try:
@@ -194,6 +305,8 @@ def _exercise(request: dict, module: types.ModuleType, limits: dict, io: tuple) 
         written = []
     changed = _changed_files(stats, written, root)
     _remove_new(root, before)
+    if shm and os.path.isdir(shm):  # its size limit is then the exercise's, not the notebook's
+        _remove_new(shm, shm_before)
     if changed:  # the setup's files are no longer what the next checks expect: a fresh judge
         result = {**result, "tampered": [*result["tampered"], *changed], "restart": True}
     return {"op": "result", "key": request["key"], **result}
@@ -253,13 +366,13 @@ def main(argv: list[str] | None = None) -> int:
     module = types.ModuleType("__main__")
     sys.modules["__main__"] = module
     earlier: list[tuple[str, str]] = []
+    template = Template(module, limits, (requests, replies))  # before any check cell is read
     while line := requests.readline():
         request = json.loads(line)
         if request["op"] == "setup":
-            error = run_cell(request["code"], module.__dict__, f"<setup cell {request['index']}>", limits)
-            reply = {"op": "setup", "index": request["index"], "error": error}
+            reply = {"op": "setup", "index": request["index"], "error": template.setup(request)}
         elif request["op"] == "exercise":
-            reply = _exercise({**request, "earlier": list(earlier)}, module, limits, (requests, replies))
+            reply = _exercise({**request, "earlier": list(earlier)}, template, limits, (requests, replies))
             earlier.append((request["key"], request["answer"]))
         else:
             break

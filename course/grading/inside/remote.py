@@ -21,7 +21,11 @@ state: a check that wants different draws seeds between them.)
 A handle supports calls, attributes, ``[]``, ``len``, iteration, ``in``, ``repr``, copies and
 ``isinstance`` against classes the checker has imported; it does not compare, add or convert
 (``==`` is identity, ``bool()`` raises), so an object of the student's own making cannot
-claim to equal an expected value.
+claim to equal an expected value. Its attributes are the answer object's public ones and
+``__dict__`` and ``__name__``: no other dunder is forwarded, so no library's protocol
+(``__torch_function__``, ``__array_interface__``, ``__array__``, ``__dlpack__``) reaches the
+answer's code, and ``isinstance`` holds only for pure-Python classes (``nn.Module``,
+``Dataset``), never for a class C code unpacks (``codec.claimable_by_handle``).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from course.grading.inside.channel import (
     receive,
     send,
 )
-from course.grading.inside.codec import claimable, decode, is_plain
+from course.grading.inside.codec import claimable, claimable_by_handle, decode, is_plain
 
 #: What the answer process may ask of the checker's objects (public attributes only).
 PEER_OPS = ("call", "getattr", "getitem", "len", "iter", "next", "contains", "repr", "str")
@@ -93,14 +97,23 @@ def becomes_peer(value: object) -> bool:
     return kind.__module__ == "__main__" or "<locals>" in kind.__qualname__
 
 
+#: The only dunder attributes a handle reads from the answer's object (data: a dict, a str).
+#: Every other ``__name__`` is refused, so no library's protocol (``__torch_function__``,
+#: ``__array_interface__``, ``__dlpack__``, ``__fspath__``...) reaches the answer's code.
+DUNDERS_READ = frozenset({"__dict__", "__name__"})
+
+
 def _claimed(classes: tuple) -> type:
-    return next((c for m, q in classes if (c := claimable(m, q)) is not None), Remote)
+    return next((c for m, q in classes if (c := claimable_by_handle(m, q)) is not None), Remote)
 
 
 class Remote:
     """A handle, in the checker, to an object in the answer's process."""
 
     __slots__ = ("_answer", "_id", "_class")
+    #: torch reads ``__torch_function__`` from the object: ``__getattr__`` refuses it, so torch
+    #: finds none and never dispatches to the answer. NumPy's ufuncs refuse a handle (TypeError).
+    __array_ufunc__ = None
 
     def __init__(self, answer: Answer, handle: Handle) -> None:
         object.__setattr__(self, "_answer", answer)
@@ -115,9 +128,13 @@ class Remote:
         return object.__getattribute__(self, "_class")
 
     def __getattr__(self, name: str) -> object:
+        if type(name) is not str or (name.startswith("__") and name not in DUNDERS_READ):
+            raise AttributeError(f"an answer's object shows no {name!r} in the checks")
         return self._ask("getattr", name)
 
     def __setattr__(self, name: str, value: object) -> None:
+        if type(name) is not str or name.startswith("__"):
+            raise AttributeError(f"the checks set no {name!r} on an answer's object")
         self._ask("setattr", name, value)
 
     def __call__(self, *args: object, **kwargs: object) -> object:

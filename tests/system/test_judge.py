@@ -18,7 +18,7 @@ from course.grading.inside.answer_rules import answer_problems
 from course.grading.judges import exchange, judge_command, run_notebook
 from tests.fixtures.submissions.make_submissions import solution_of
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("path", instructor_sources(), ids=[p.name for p in instructor_sources()])
@@ -183,3 +183,65 @@ def test_the_judge_refuses_privileges_the_grader_would_have_dropped(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False,
                           env={"PYTHONPATH": str(REPO)})
     assert done.returncode == 2 and "its own uid 4242" in done.stderr, done.stderr
+
+
+#: An answer that reads its whole memory (``/proc/self/mem``, every readable mapping) for lines
+#: of the form ``HIDDEN_LINE("c0ffee-NAME")``; "own" is in its own cell: the scan works.
+_SCANNER = '''own = 'HIDDEN_LINE("c0ffee-own")'
+
+
+def f():
+    import re
+    prefix = b'HIDDEN_LINE("c0ffee-'
+    found, scanned = set(), 0
+    with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", buffering=0) as mem:
+        for line in maps.read().splitlines():
+            span, perms = line.split()[:2]
+            if not perms.startswith("r") or line.endswith(("[vvar]", "[vsyscall]", "[vvar_vclock]")):
+                continue
+            start, end = (int(x, 16) for x in span.split("-"))
+            try:
+                mem.seek(start)
+                region = mem.read(end - start)
+            except (OSError, OverflowError, ValueError):
+                continue
+            scanned += len(region)
+            at = region.find(prefix)
+            while at >= 0:
+                name = re.match(rb'([a-z]+)"[)]', region[at + len(prefix):at + len(prefix) + 20])
+                if name:
+                    found.add(name.group(1).decode())
+                at = region.find(prefix, at + 1)
+    return sorted(found), scanned
+'''
+
+
+def test_no_answer_finds_an_earlier_or_later_exercises_hidden_check_in_its_memory(tmp_path):
+    """The checks of other exercises never were in the memory an answer process starts from:
+    every exercise's checker and answer process fork from a template made before any check."""
+    check = 'found, scanned = f()\nassert scanned > 2**20 and "own" in found, (found, scanned)\n' \
+            'assert found == ["own"], f"found {found}"  # HIDDEN_LINE("c0ffee-{name}")\n' + \
+            "# a hidden check of a real size (text past 512 bytes is not in Python's small-object pools)\n" * 40
+    replies, done = _judge(tmp_path, [
+        {"op": "setup", "index": 0, "code": "import math"},
+        _exercise("first", _SCANNER, check.replace("{name}", "first")),
+        _exercise("second", _SCANNER, check.replace("{name}", "second")),
+        _exercise("third", _SCANNER, check.replace("{name}", "third")),
+    ], memory_mb=1024)
+    for key in ("first", "second", "third"):
+        assert replies[key]["check_error"] is None, (key, replies[key], done.stderr[-2000:])
+
+
+def test_what_an_exercise_leaves_in_dev_shm_is_removed_before_the_next(tmp_path):
+    """The sandbox's /dev/shm is bounded for the notebook; emptied after each exercise, for each."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    (shm / "before").write_text("the setup's")
+    writes = f"def f():\n    open({str(shm / 'left')!r}, 'w').write('x')\n    return 1"
+    replies, done = _judge(tmp_path, [
+        _exercise("writes", writes),
+        _exercise("reads", f"def f():\n    import os\n    return len(os.listdir({str(shm)!r}))"),
+    ], shm=str(shm))
+    assert replies["writes"]["check_error"] is None, (replies, done.stderr[-1000:])
+    assert replies["reads"]["check_error"] is None, "only the file that was there before is left"
+    assert sorted(p.name for p in shm.iterdir()) == ["before"]

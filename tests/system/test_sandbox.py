@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 
 import pytest
 
@@ -81,3 +82,40 @@ def test_setpriv_sets_the_judges_privileges_on_its_command_line():
         status = subprocess.run([*own, "cat", "/proc/self/status"], capture_output=True, text=True,
                                 timeout=30, check=True).stdout
         assert "Uid:\t1500000099\t1500000099\t1500000099" in status and "Groups:\t\n" in status.replace(" ", "")
+
+
+def test_the_file_guard_reads_only_regular_files_and_a_fifo_does_not_block_it(tmp_path):
+    """A FIFO named like a notebook among the submissions hung the unsandboxed grader (issue 29)."""
+    (tmp_path / "student").mkdir()
+    (tmp_path / "student" / "ex01.json").write_text("{}")
+    os.mkfifo(tmp_path / "student" / "ex01.ipynb")
+    made = []
+    worker = threading.Thread(target=lambda: made.append(FileGuard([(tmp_path, ("*",))])), daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():
+        os.close(os.open(tmp_path / "student" / "ex01.ipynb", os.O_WRONLY | os.O_NONBLOCK))
+        raise AssertionError("the file guard blocked on a FIFO")
+    guard = made[0]
+    assert guard.changes() == []
+    os.mkfifo(tmp_path / "student" / "planted")
+    (tmp_path / "student" / "ex01.json").write_text("changed")
+    assert sorted(guard.changes()) == [f"created {tmp_path / 'student' / 'planted'}",
+                                       f"modified {tmp_path / 'student' / 'ex01.json'}"]
+    guard.restore()
+    assert guard.changes() == [] and (tmp_path / "student" / "ex01.json").read_text() == "{}"
+
+
+@pytest.mark.skipif(choose_sandbox("auto")[0] != "bwrap", reason="bubblewrap does not work here")
+def test_the_sandboxs_dev_shm_is_bounded(tmp_path):
+    """Files in /dev/shm are memory no process limit counts: 300 MiB fitted there under --memory-mb 200."""
+    work = tmp_path / "work"
+    work.mkdir()
+    script = ("import errno\nwritten = 0\ntry:\n    with open('/dev/shm/fill', 'wb') as f:\n"
+              "        for _ in range(64):\n            f.write(bytes(2**20))\n            f.flush()\n"
+              "            written += 1\nexcept OSError as error:\n    assert error.errno == errno.ENOSPC\n"
+              "print(written)")
+    done = subprocess.run([*bwrap_prefix(work, [], shm_mb=16), "python3", "-c", script],
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert 8 <= int(done.stdout) <= 16, done.stdout

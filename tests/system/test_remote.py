@@ -131,6 +131,56 @@ def attribute(obj, name):
     return getattr(obj, name)
 
 
+class Dispatch:
+    """torch's and NumPy's protocols, each answering "equal" (or the checker's own arguments)."""
+    seen = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        Dispatch.seen.append(args)
+        return True
+
+    def __array__(self, dtype=None, copy=None):
+        import numpy
+        return numpy.zeros(3)
+
+    @property
+    def __array_interface__(self):
+        return {"shape": (3,), "typestr": "<f8", "data": (0, False), "version": 3}
+
+    def __fspath__(self):
+        return "/etc/passwd"
+
+
+def dispatch():
+    return Dispatch()
+
+
+class AlwaysEqual(torch.Tensor):
+    def __eq__(self, other):
+        return torch.ones_like(self, dtype=torch.bool)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return True
+
+
+def tensor_subclass():
+    return AlwaysEqual(torch.tensor([9.0, 9.0]))
+
+
+class Claims:
+    pass
+
+
+def claiming(module, qualname):
+    Claims.__module__, Claims.__qualname__ = module, qualname
+    return Claims()
+
+
+def seen():
+    return len(Dispatch.seen)
+
+
 def fails(kind):
     class Mine(KeyError):
         pass
@@ -152,7 +202,8 @@ def answer():
             os._exit(0)
     theirs.close()
     answer = Answer(ours)
-    yield answer, answer.request("names", 0, (["anything", "no_trace", "draws", "drive", "fails", "attribute", "reseed"],))
+    yield answer, answer.request("names", 0, (["anything", "no_trace", "draws", "drive", "fails", "attribute", "reseed",
+                                                 "dispatch", "tensor_subclass", "claiming", "seen"],))
     ours.close()
     os.waitpid(pid, 0)
 
@@ -239,3 +290,48 @@ def test_exceptions_arrive_as_the_checkers_own_classes(answer):
         names["fails"]("key")
     with pytest.raises(RuntimeError, match="SystemExit"):
         names["fails"]("exit")
+
+
+def test_torch_and_numpy_never_dispatch_to_an_answers_object(answer):
+    answer, names = answer
+    obj = names["dispatch"]()
+    assert type(obj) is Remote and not torch.overrides.has_torch_function((obj,))
+    for protocol in ("__torch_function__", "__array_interface__", "__array__", "__fspath__", "__class_getitem__"):
+        with pytest.raises(AttributeError):
+            getattr(obj, protocol)
+    for attempt in (lambda: torch.allclose(obj, torch.zeros(3)), lambda: torch.equal(torch.zeros(3), obj),
+                    lambda: torch.add(obj, 1), lambda: np.add(obj, 1), lambda: os.fspath(obj)):
+        with pytest.raises(TypeError):
+            attempt()
+    assert (torch.zeros(3) == obj) is False and np.asarray(obj).dtype == object, "no data from a protocol"
+    assert names["seen"]() == 0, "the checker's tensors never reached the answer's __torch_function__"
+    assert isinstance(obj.__dict__, dict), "__dict__ is data and may be read"
+
+
+def test_a_tensor_subclass_arrives_as_a_plain_tensor_of_its_data(answer):
+    answer, names = answer
+    got = names["tensor_subclass"]()
+    assert type(got) is torch.Tensor and torch.equal(got, torch.tensor([9.0, 9.0]))
+    assert not torch.allclose(got, torch.zeros(2)) and not torch.equal(got, torch.zeros(2))
+    assert names["seen"]() == 0
+
+
+@pytest.mark.parametrize(("module", "qualname"), [("torch", "Tensor"), ("torch.nn.parameter", "Parameter"),
+                                                  ("numpy", "ndarray"), ("numpy", "float64"),
+                                                  ("PIL.Image", "Image"), ("torch._C", "Generator"),
+                                                  ("builtins", "float"), ("collections", "OrderedDict")])
+def test_a_handle_never_claims_a_class_that_c_code_unpacks(answer, module, qualname):
+    """A class named torch.Tensor made the checker read a handle as a tensor's memory (SIGSEGV)."""
+    answer, names = answer
+    obj = names["claiming"](module, qualname)
+    assert type(obj) is Remote and obj.__class__ is Remote
+    with pytest.raises(TypeError):
+        torch.allclose(obj, torch.zeros(1))
+    with pytest.raises(TypeError):
+        torch.as_tensor(np.zeros(1)).add_(obj)
+
+
+def test_a_handle_may_still_claim_a_pure_python_library_class(answer):
+    answer, names = answer
+    obj = names["claiming"]("torch.nn.modules.module", "Module")
+    assert isinstance(obj, nn.Module) and type(obj) is Remote

@@ -35,12 +35,12 @@ from course.grading.sandbox import choose_sandbox
 from tests.fixtures.submissions.hostile import HOSTILE, HOSTILE_POINTS
 from tests.fixtures.submissions.make_submissions import solution_of
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "submissions"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "submissions"
 #: Points each prepared submission must score; written by fixtures/submissions/make_submissions.py.
 EXPECTED: dict[str, int] = json.loads((FIXTURES / "expected.json").read_text())
 NAME = "ex01_pytorch_basics.ipynb"
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: dave's endless loop costs this much, once. Other exercise cells take < 0.3 s on a quiet
 #: machine and up to 2.5 s on an overloaded one: a shorter limit would make the test flaky.
 CELL_TIMEOUT = 6
@@ -50,9 +50,11 @@ CELL_TIMEOUT = 6
 #: second run are balanced by giving the other grader more notebooks.
 #: Hostile students (tests/fixtures/submissions/hostile.py, and links) are graded by both, and
 #: after them an honest student, who must get full marks whatever they did.
-ATTACKERS = (*HOSTILE, "h5_symlink", "h6_hardlink")
-SANDBOXED = ("dave", "eve", "mallory", *ATTACKERS, "zz_honest")
-UNSANDBOXED = ("alice", "blank", "bob", "carol", "eve", *ATTACKERS, "zz_honest")
+ATTACKERS = (*HOSTILE, "h5_symlink", "h6_hardlink", "h11_fifo")
+#: A folder name that is not UTF-8 (byte 0xE9), as Python names it: an honest student's.
+ODD_NAME = "h12_caf\udce9"
+SANDBOXED = ("dave", "eve", "mallory", *ATTACKERS, ODD_NAME, "zz_honest")
+UNSANDBOXED = ("alice", "blank", "bob", "carol", "eve", *ATTACKERS, ODD_NAME, "zz_honest")
 BWRAP = choose_sandbox("auto")[0] == "bwrap"
 
 
@@ -106,9 +108,11 @@ def _submissions(root: Path, students: tuple[str, ...], repo: Path, fill: dict[s
             (folder / NAME).symlink_to(repo / "chapters" / "exercises" / NAME)
         elif student == "h6_hardlink":
             os.link(repo / "chapters" / "exercises" / NAME, folder / NAME)
+        elif student == "h11_fifo":  # opening it for reading would wait for a writer forever
+            os.mkfifo(folder / NAME)
         elif student in HOSTILE:
             nbformat.write(_hostile(source, HOSTILE[student], fill), folder / NAME)
-        else:  # zz_honest: every answer right
+        else:  # zz_honest and ODD_NAME: every answer right
             nbformat.write(_hostile(source, dict.fromkeys(("ex1", "ex2", "ex3", "ex4", "ex5")), fill),
                            folder / NAME)
     return root
@@ -199,7 +203,7 @@ def _row(results, student: str, key: str):
 
 @pytest.mark.slow
 def test_each_submission_scores_exactly_the_expected_points(graded):
-    totals = {k: v for k, v in _totals(graded["results"]).items() if k not in (*ATTACKERS, "zz_honest")}
+    totals = {k: v for k, v in _totals(graded["results"]).items() if k not in (*ATTACKERS, ODD_NAME, "zz_honest")}
     assert totals == {**{k: float(v) for k, v in EXPECTED.items()},
                       "blank": 0.0, "mallory": 0.0}, graded["results"]
     # The instructor's answers (in every submission but the broken exercises) pass the hidden checks.
@@ -241,7 +245,7 @@ def test_report_csv_and_json_agree(graded):
     assert list(rows[0]) == ["student", "exercise", "points", "max_points", "message"]
     assert len(rows) == len(report["results"]) == len(graded["results"])
     assert report["totals"]["alice"]["points"] == EXPECTED["alice"]
-    unread = {"mallory", "h5_symlink", "h6_hardlink"}
+    unread = {"mallory", "h5_symlink", "h6_hardlink", "h11_fifo"}
     for grader, students in ((graded, SANDBOXED), (graded["unsandboxed"], UNSANDBOXED)):
         feedback = grader["config"].out / "feedback"
         assert {p.parent.name for p in feedback.glob(f"*/{NAME}")} == set(students) - unread
@@ -317,6 +321,48 @@ def test_forgeries_from_inside_calls_earn_nothing_and_the_hidden_checks_stay_out
 
 
 @pytest.mark.slow
+def test_objects_that_answer_torch_and_numpy_protocols_earn_nothing_and_crash_nothing(graded):
+    """Class 1 of issue 29: a handle forwarded ``__torch_function__``, ``__array_interface__``..."""
+    for grader in (graded, graded["unsandboxed"]):
+        rows = [_row(grader["results"], "h9_data_only", k) for k in ("ex1", "ex2", "ex3", "ex4", "ex5")]
+        assert [r.points for r in rows] == [0, 0, 0, 0, 2], rows
+        for row in rows[:4]:
+            assert "check failed" in row.message and "killed" not in row.message, row.message
+        assert "must be Tensor, not Remote" in rows[0].message, "torch.allclose is not the answer's"
+        assert "the gradient is wrong" in rows[1].message, "a tensor subclass arrives as its data"
+        assert "shapes (20,) (5,)" in rows[3].message, "NumPy reads the 20 losses returned, not 2**20 of memory"
+
+
+@pytest.mark.slow
+def test_a_submission_cannot_take_the_grader_or_the_report_down(graded):
+    """Class 4 of issue 29: a 100,000-deep cell, an oversized cell, escapes and surrogates, a FIFO,
+    a folder name that is not UTF-8. Each costs its own exercise at most; the report stays whole."""
+    for grader in (graded, graded["unsandboxed"]):
+        results = grader["results"]
+        rows = [_row(results, "h10_take_down", k) for k in ("ex1", "ex2", "ex3", "ex4", "ex5")]
+        assert [r.points for r in rows] == [0, 0, 0, 3, 2], rows
+        assert "SyntaxError" in rows[0].message and "cannot be parsed" in rows[0].message, rows[0].message
+        assert "more than the 100,000 allowed" in rows[2].message, rows[2].message
+        assert "not a regular file" in _row(results, "h11_fifo", "ex1").message
+        assert _totals(results)[ODD_NAME] == 10, [r for r in results if r.student == ODD_NAME]
+    out = graded["out"]
+    text = (out / "grades.csv").read_text(encoding="utf-8")
+    assert not [c for c in text if not c.isprintable() and c not in "\n\r"], "a control character in grades.csv"
+    for escaped in ("\\x1b[2J", "\\ud800", "h12_caf\\udce9"):
+        assert escaped in text, (escaped, [line for line in text.splitlines() if "h10" in line][:3])
+    report = json.loads((out / "grades.json").read_text(encoding="utf-8"))
+    message = next(r["message"] for r in report["results"]
+                   if r["student"] == "h10_take_down" and r["exercise"].endswith("/ex2"))
+    assert "\\x1b[2J" in message and "\\ud800" in message and message.isprintable(), message
+    assert report["totals"]["h12_caf\\udce9"]["points"] == 10
+    with open(out / "grades.csv", newline="") as handle:
+        assert len(list(csv.DictReader(handle))) == len(report["results"]) == len(graded["results"])
+    feedback = nbformat.read(graded["config"].out / "feedback" / "h10_take_down" / NAME, as_version=4)
+    shown = [o["text"] for c in feedback.cells for o in c.get("outputs", []) if "text" in o]
+    assert any("\\x1b[2J" in text for text in shown) and not any("\x1b" in text for text in shown), shown
+
+
+@pytest.mark.slow
 def test_resource_limits_say_which_limit_was_hit(graded):
     for grader in (graded, graded["unsandboxed"]):
         results = grader["results"]
@@ -384,6 +430,38 @@ def test_the_instructor_solutions_score_full_marks_in_every_notebook(tmp_path):
     results, _ = grade(config)
     assert len({r.exercise.split("/")[0] for r in results}) == len(sources) == 6
     assert [r for r in results if r.points != r.max_points] == []
+
+
+#: ex03 Exercise 2, passed by the old checks: its instance holds only the two arrays (what
+#: ``vars(ds)`` shows), but it serves the samples from a list kept on the class.
+_KEEPS_THE_LIST = '''class CompactDataset(Dataset):
+    kept = {}
+
+    def __init__(self, samples) -> None:
+        CompactDataset.kept["samples"] = list(samples)
+        self.paths = np.array([str(path) for path, _ in samples], dtype=np.str_)
+        self.labels = np.array([label for _, label in samples], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(CompactDataset.kept["samples"])
+
+    def __getitem__(self, index: int):
+        return CompactDataset.kept["samples"][index]'''
+
+
+def test_a_dataset_that_serves_a_kept_list_fails_the_compact_index_exercise(tmp_path):
+    """Issue 29: ex03 Exercise 2 is checked by what its arrays mean, not by what vars() shows."""
+    name = "ex03_efficient_pipelines.ipynb"
+    source = nbformat.read(exercises_dir() / name, as_version=4)
+    answers = {e.key: None for e in exercises_of(source)} | {"ex2": _KEEPS_THE_LIST}
+    (tmp_path / "subs" / "lister").mkdir(parents=True)
+    nbformat.write(_hostile(source, answers, {}), tmp_path / "subs" / "lister" / name)
+    config = GradingConfig(tmp_path / "subs", tmp_path / "out", repo=REPO, cell_timeout=60,
+                           notebooks=("ex03_efficient_pipelines",))
+    results, _ = grade(config)
+    rows = {r.exercise.rsplit("/", 1)[1]: r for r in results}
+    assert rows["ex2"].points == 0 and "must be the length of self.labels" in rows["ex2"].message, rows["ex2"]
+    assert all(r.points == r.max_points for k, r in rows.items() if k != "ex2"), rows
 
 
 def _empty_submissions(tmp_path: Path) -> Path:
