@@ -98,7 +98,7 @@ def badge_source(repo: Repository, notebook: str, *, zh: bool = False) -> str:
               f"[![Open In Kaggle]({KAGGLE_BADGE})]({repo.kaggle(path)})")
     if zh:
         return (f"{badges}\n在 Colab 或 Kaggle 上运行？下一个单元会在那里安装本项目的 `common` 包"
-                "（在 Kaggle 上请先在笔记本设置中打开 Internet）；在你自己的机器上，它什么也不安装。")
+                "（在 Kaggle 上请先在 notebook 设置中打开 Internet）；在你自己的机器上，它什么也不安装。")
     return (f"{badges}\nRunning in Colab or Kaggle? The next cell installs this companion's "
             "package `common` there (on Kaggle, first switch Internet on in the notebook's "
             "settings); on your own machine it installs nothing.")

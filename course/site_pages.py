@@ -19,6 +19,12 @@ _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 _WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 _WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 GUIDE_SECTIONS = "**Guide sections:**"
+#: The guide-sections line of a first cell, in each edition's words ("**对应指南章节：**" in zh).
+GUIDE_SECTIONS_LINES = (GUIDE_SECTIONS, "**对应指南章节：**")
+# A guide heading as the first cells name it: "§2.2.1 Dataset与DataLoader类" (its title has no spaces).
+_HEADING = re.compile(r"§\d+(?:\.\d+)*\s+[^\s·()（）；;，,、]+")
+# What may follow a heading that is named on its own ("· §2.2", "§2.1 ... (§2.1.2 ...)", line end).
+_HEADING_END = re.compile(r"\s*(?:$|[·()（）；;，,、])")
 
 
 @dataclass(frozen=True)
@@ -49,17 +55,18 @@ EDITIONS = {
                            "the student versions)."),
         "reference": "Reference", "notebook": "Notebook", "title": "Title",
         "sections": "Guide sections", "download": "Download", "chapters": "Chapters",
+        "colon": ":",
         "GLOSSARY.md": "Glossary / 术语表", "TROUBLESHOOTING.md": "Troubleshooting"}),
     "zh": Edition("zh", "zh_CN", "chapters/zh", "zh", ("GLOSSARY.md",),
                   ("TROUBLESHOOTING.zh-CN.md", "TROUBLESHOOTING.md"), {
         "language": "中文", "site_title": "PyTorch 数据管道与分布式训练",
-        "heading": "PyTorch 数据管道与分布式训练 — 配套笔记本",
-        "intro": ("《PyTorch大规模深度学习搭建：数据管道与分布式训练指南》配套笔记本的中文版，"
-                  "含已执行的输出。用 `make lab` 亲自运行；每页都可下载对应的笔记本及其 `.py` 版本。"),
-        "map": "章节地图", "reverse": "指南章节 → 笔记本", "exercises": "练习",
+        "heading": "PyTorch 数据管道与分布式训练 — 配套 notebook",
+        "intro": ("《PyTorch大规模深度学习搭建：数据管道与分布式训练指南》配套 notebook 的中文版，"
+                  "含已执行的输出。用 `make lab` 亲自运行；每页都可下载对应的 notebook 及其 `.py` 版本。"),
+        "map": "章节地图", "reverse": "指南章节 → notebook", "exercises": "练习",
         "exercises_note": "教师版，含参考答案（`make assignments` 生成学生版）。",
-        "reference": "参考", "notebook": "笔记本", "title": "标题", "sections": "指南章节",
-        "download": "下载", "chapters": "章节",
+        "reference": "参考", "notebook": "notebook", "title": "标题", "sections": "对应指南章节",
+        "download": "下载", "chapters": "章节", "colon": "：",
         "GLOSSARY.md": "术语表 / Glossary", "TROUBLESHOOTING.md": "故障排查"}),
 }
 
@@ -90,8 +97,8 @@ class Chapter:
 def parse_first_cell(nb: nbformat.NotebookNode, name: str) -> tuple[str, str]:
     """Title and guide-sections text from a notebook's first (markdown) cell.
 
-    The cell's shape is ``# Title`` then ``**Guide sections:** ...``; a missing
-    guide-sections line gives ``""``.
+    The cell's shape is ``# Title`` then ``**Guide sections:** ...`` (in the Chinese edition
+    ``**对应指南章节：** ...``); a missing guide-sections line gives ``""``.
 
     Raises:
         ValueError: If the first cell is not markdown or has no ``# `` title line.
@@ -104,8 +111,8 @@ def parse_first_cell(nb: nbformat.NotebookNode, name: str) -> tuple[str, str]:
     titles = [line[2:].strip() for line in lines if line.startswith("# ")]
     if not titles:
         raise ValueError(f"{name}: the first cell has no '# Title' line")
-    sections = [line.split(":**", 1)[1].strip() for line in lines
-                if line.startswith(GUIDE_SECTIONS)]
+    sections = [line[len(marker):].strip() for line in lines for marker in GUIDE_SECTIONS_LINES
+                if line.startswith(marker)]
     return titles[0], sections[0] if sections else ""
 
 
@@ -221,7 +228,8 @@ def rewrite_links(text: str, *, source: str, page: str, pages: dict[str, str], r
 def info_box(first_cell: str, chapter: Chapter, edition: Edition, *, twin: str | None) -> str:
     """The first cell with, under its title, a box: guide sections and the download links.
 
-    The cell's own ``**Guide sections:**`` line moves into the box.
+    The cell's own guide-sections line (``**Guide sections:**``, ``**对应指南章节：**``) moves into
+    the box, which is in the edition's words.
 
     Introduced in README.md (`make html`).
     """
@@ -230,9 +238,10 @@ def info_box(first_cell: str, chapter: Chapter, edition: Edition, *, twin: str |
                                                       if twin else [])
     box = [":::{container} page-info"]
     if chapter.guide_sections:
-        box.append(f"**{labels['sections']}:** {chapter.guide_sections}\n")
-    box += [f"**{labels['download']}:** " + " · ".join(downloads), ":::"]
-    lines = [line for line in first_cell.splitlines() if not line.startswith(GUIDE_SECTIONS)]
+        box.append(f"**{labels['sections']}{labels['colon']}** {chapter.guide_sections}\n")
+    box += [f"**{labels['download']}{labels['colon']}** " + " · ".join(downloads), ":::"]
+    lines = [line for line in first_cell.splitlines()
+             if not line.startswith(GUIDE_SECTIONS_LINES)]
     title = next(i for i, line in enumerate(lines) if line.startswith("# "))
     return "\n".join(lines[:title + 1] + ["", *box, ""] + lines[title + 1:])
 
@@ -254,6 +263,21 @@ def _map_table(chapters: list[Chapter], labels: dict[str, str]) -> str:
     return "\n".join(rows)
 
 
+def guide_headings(chapters: list[Chapter]) -> dict[str, str]:
+    """``"§2.2.1"`` -> ``"§2.2.1 Dataset与DataLoader类"``: each guide heading some chapter names on
+    its own (in a ``·`` list, before a bracket or a comma, or at the end), so that prose around a
+    section number ("以 §2.2.1 Dataset与DataLoader类 为基础", "指南在 §2.3.1 处中断") maps to it.
+
+    Introduced in README.md (`make html`).
+    """
+    named: dict[str, str] = {}
+    for chapter in chapters:
+        for match in _HEADING.finditer(chapter.guide_sections):
+            if _HEADING_END.match(chapter.guide_sections, match.end()):
+                named.setdefault(match.group(0).split()[0], match.group(0))
+    return named
+
+
 def _toctree(caption: str, entries: list[str]) -> str:
     body = "\n".join(entry.removesuffix(".ipynb").removesuffix(".md") for entry in entries)
     return f"```{{toctree}}\n:caption: {caption}\n:maxdepth: 1\n:hidden:\n\n{body}\n```\n"
@@ -269,11 +293,14 @@ def index_page(chapters: list[Chapter], edition: Edition, *, docs: list[str]) ->
     main = [c for c in chapters if not c.is_exercise]
     exercises = [c for c in chapters if c.is_exercise]
     by_section: dict[str, list[str]] = {}
+    named = guide_headings(chapters)
     for chapter in chapters:
         # Every "§x.y heading" mentioned, also inside "beyond the guide (continues §x.y ...)".
-        for item in re.findall(r"§\d+(?:\.\d+)*\s+[^·()，,]+", chapter.guide_sections):
+        for match in _HEADING.finditer(chapter.guide_sections):
+            item = named.get(match.group(0).split()[0])
             link = f"[{posixpath.basename(chapter.staged)}]({chapter.staged})"
-            by_section.setdefault(item.strip(), []).append(link)
+            if item and link not in by_section.get(item, []):
+                by_section.setdefault(item, []).append(link)
     reverse = [f"| {labels['sections']} | {labels['notebook']} |", "|---|---|"]
     reverse += [f"| {_cell(item)} | {', '.join(links)} |"
                 for item, links in sorted(by_section.items(), key=lambda kv: _section_key(kv[0]))]

@@ -398,3 +398,62 @@ def test_the_repository_builds_into_a_working_site(tmp_path, browser):
     finally:
         server.shutdown()
         server.server_close()
+
+
+# The Chinese edition's info box (issue 27): its own "**对应指南章节：**" line, in Chinese.
+ZH_FIRST = ("# 第4.1章 分布式训练基础\n**对应指南章节：** 超出指南的内容（指南在 §2.3.1 处中断）；"
+            "以 §2.2.1 Dataset与DataLoader类 为基础\n[术语表](../../GLOSSARY.md)\n## 本章内容\n- rank")
+
+
+def test_parse_first_cell_reads_the_chinese_guide_sections_line():
+    nb = nbformat.v4.new_notebook(cells=[markdown(ZH_FIRST)])
+    assert parse_first_cell(nb, "zh.ipynb") == (
+        "第4.1章 分布式训练基础", "超出指南的内容（指南在 §2.3.1 处中断）；以 §2.2.1 Dataset与DataLoader类 为基础")
+
+
+def test_zh_chapter_takes_its_own_sections_and_its_box_is_chinese(tmp_path):
+    from course.site_pages import EDITIONS, find_chapters, info_box
+
+    (tmp_path / "chapters" / "zh").mkdir(parents=True)
+    nbformat.write(executed_by_hand("Chapter 4.1", "beyond the guide (it breaks off in §2.3.1)", "x = 1"),
+                   tmp_path / "chapters" / "04_1_x.ipynb")
+    zh = executed_by_hand("placeholder", None, "x = 1")
+    zh.cells[0].source = ZH_FIRST
+    nbformat.write(zh, tmp_path / "chapters" / "zh" / "04_1_x.ipynb")
+    english, _ = find_chapters(tmp_path, EDITIONS["en"])
+    [chapter], _ = find_chapters(tmp_path, EDITIONS["zh"], english=english)
+    assert chapter.guide_sections.startswith("超出指南的内容")
+    box = info_box(ZH_FIRST, chapter, EDITIONS["zh"], twin=None)
+    assert "**对应指南章节：** 超出指南的内容（指南在 §2.3.1 处中断）" in box and "**下载：**" in box
+    assert "Guide sections" not in box and "beyond the guide" not in box and "Download" not in box
+    assert box.count("对应指南章节") == 1  # the cell's own line moved into the box
+    assert box.index("# 第4.1章") < box.index("page-info") < box.index("## 本章内容")
+
+
+def test_zh_reverse_map_names_guide_headings_not_the_prose_around_them(tmp_path):
+    from course.site_pages import EDITIONS, Chapter, index_page
+
+    chapters = [Chapter("chapters/zh/02_1.ipynb", "chapters/02_1.ipynb", "第2.1章",
+                        "§2.2 PyTorch中的数据加载与预处理 · §2.2.1 Dataset与DataLoader类"),
+                Chapter("chapters/zh/02_3.ipynb", "chapters/02_3.ipynb", "第2.3章",
+                        "§2.3.1 自定义数据集的创建，随后超出指南"),
+                Chapter("chapters/zh/04_1.ipynb", "chapters/04_1.ipynb", "第4.1章", ZH_FIRST.splitlines()[1]
+                        .removeprefix("**对应指南章节：** "))]
+    page = index_page(chapters, EDITIONS["zh"], docs=[])
+    reverse = page[page.index("## 指南章节 → notebook"):page.index("## 参考")]
+    assert "| §2.2.1 Dataset与DataLoader类 | [02_1.ipynb](chapters/02_1.ipynb), [04_1.ipynb]" in reverse
+    assert "| §2.3.1 自定义数据集的创建 | [02_3.ipynb](chapters/02_3.ipynb), [04_1.ipynb]" in reverse
+    assert "为基础" not in reverse and "处中断" not in reverse
+
+
+def test_every_zh_notebook_has_its_own_chinese_guide_sections():
+    from course.site_pages import EDITIONS, find_chapters
+
+    english, _ = find_chapters(REPO, EDITIONS["en"])
+    chinese, _ = find_chapters(REPO, EDITIONS["zh"], english=english)
+    assert chinese
+    for chapter in chinese:
+        _, own = parse_first_cell(nbformat.read(REPO / chapter.source, as_version=4), chapter.source)
+        assert own and chapter.guide_sections == own, f"{chapter.source}: no '**对应指南章节：**' line"
+        english_words = re.findall(r"\b(?:beyond|guide|builds|toward|breaks|continues|relates|like)\b", own)
+        assert not english_words, f"{chapter.source}: {own!r}"

@@ -26,10 +26,10 @@ LINK_TARGET = re.compile(r"\]\(([^)\s]+)\)")
 HTML_TAG = re.compile(r"<[^>]+>")
 
 
-def _pairs(notebook: str) -> list[tuple[int, str, str]]:
+def _pairs(notebook: str, chapters: Path = CHAPTERS) -> list[tuple[int, str, str]]:
     """``(index, english, chinese)`` for each markdown cell of a built notebook."""
-    english = nbformat.read(CHAPTERS / notebook, as_version=4)
-    chinese = nbformat.read(ZH / notebook, as_version=4)
+    english = nbformat.read(chapters / notebook, as_version=4)
+    chinese = nbformat.read(chapters / "zh" / notebook, as_version=4)
     cells = enumerate(zip(english.cells, chinese.cells, strict=True))
     return [(i, en.source, zh.source) for i, (en, zh) in cells if en.cell_type == "markdown"]
 
@@ -128,37 +128,113 @@ def _variants(term: str) -> list[str]:
     return [t.strip() for t in re.split(r"\s*/\s*", term) if t.strip()]
 
 
-def _english_names(entry: dict[str, str]) -> list[str]:
-    """The English words of an entry (without the parenthesised identifiers), if distinctive."""
-    plain = re.sub(r"\s+", " ", re.sub(r"\([^)]*\)", "", entry["English"])).strip()
-    return [w for w in _variants(plain) if len(w) > 5]
+def _chinese_term(variant: str) -> tuple[str, str]:
+    """``(term, gloss)`` of a 中文 variant: "rank（进程序号）" is ("rank", "进程序号").
+
+    Only an English term kept in the Chinese text has a gloss; "分片（模型）" names a sense.
+    """
+    kept = re.fullmatch(r"([A-Za-z][A-Za-z ]*)（([^）]+)）", variant)
+    return (kept[1], kept[2]) if kept else (variant, "")
 
 
-def test_glossary_defines_every_term_in_chinese():
-    rows = glossary()
-    assert len(rows) > 60
-    for row in rows:
-        assert CJK.search(row.get("中文释义", "")), f"no Chinese definition for {row['中文']}"
-    terms = " / ".join(row["中文"] + " / " + row["English"] for row in rows)
-    for needed in ("批归一化", "BatchNorm", "SyncBatchNorm", "GroupNorm", "学习率预热", "warm-up",
-                   "节点", "node", "梯度分桶", "bucket", "persistent_workers", "校验和",
-                   "checksum", "WebDataset", "分片", "shard"):
-        assert needed in terms, needed
+def senses() -> dict[str, list[list[str]]]:
+    """Each distinctive English name -> the Chinese terms of each sense the glossary gives it.
+
+    A row whose English and Chinese list as many variants pairs them one to one ("rotation /
+    scaling / cropping" <-> "旋转 / 缩放 / 裁剪"); otherwise every variant may be any of its
+    Chinese ones. A name on several rows ("scaling" of an image, "scaling" of throughput) has
+    several senses, and a cell may use the Chinese of any one of them.
+    """
+    found: dict[str, list[list[str]]] = {}
+    for row in glossary():
+        english = _variants(re.sub(r"\s+", " ", re.sub(r"\([^)]*\)", "", row["English"])).strip())
+        chinese = [_chinese_term(v)[0] for v in _variants(row["中文"])]
+        paired = len(english) == len(chinese)
+        for i, name in enumerate(english):
+            if len(name) > 5:  # short names ("rank", "shard") match too much English
+                found.setdefault(name.lower(), []).append([chinese[i]] if paired else chinese)
+    return found
+
+
+def glossed_terms() -> dict[str, str]:
+    """The English terms the Chinese keeps, with the gloss their first use carries."""
+    return {term: gloss for row in glossary() for term, gloss in map(_chinese_term, _variants(row["中文"]))
+            if gloss}
+
+
+def _english_prose(english: str) -> str:
+    # Without the English glosses of the guide's headings: "§1.2 PyTorch的框架和特点 (... features)".
+    return re.sub(r"(?<=[\u3400-\u9fff]) \([^)]*\)", "", _prose(english)).lower()
+
+
+def glossary_problems(pairs: list[tuple[int, str, str]], where: str) -> list[str]:
+    """Cells whose English uses a glossary name and whose Chinese has none of its senses' terms."""
+    problems = []
+    table = senses()
+    for index, english, chinese in pairs:
+        prose = _english_prose(english)
+        for name, options in table.items():
+            if re.search(rf"\b{re.escape(name)}(s|es)?\b", prose) and \
+                    not any(t in chinese for terms in options for t in terms):
+                problems.append(f"{where} cell #{index} says {name!r}; the glossary's "
+                                f"{' or '.join('/'.join(t) for t in options)} is not in the Chinese")
+    return problems
+
+
+def gloss_problems(pairs: list[tuple[int, str, str]], where: str) -> list[str]:
+    """A kept English term (rank, world size) must carry its gloss in the first cell using it."""
+    problems = []
+    for term, gloss in glossed_terms().items():
+        pattern = rf"(?<![\w-]){re.escape(term)}(?![\w-])"
+        first = next(((i, zh) for i, _, zh in pairs if re.search(pattern, _prose(zh))), None)
+        if first and not re.search(rf"{re.escape(term)}\**（{re.escape(gloss)}）", first[1]):
+            problems.append(f"{where} cell #{first[0]} is the first to say {term!r}: "
+                            f"write {term}（{gloss}） there")
+    return problems
 
 
 @pytest.mark.parametrize("notebook", REQUIRED)
 def test_glossary_terms_are_the_ones_used(notebook):
     """Where an English cell uses a glossary term, the zh cell uses the glossary's 中文 for it."""
-    entries = [(names, _variants(row["中文"])) for row in glossary()
-               if (names := _english_names(row))]
-    for index, english, chinese in _pairs(notebook):
-        # Without the English glosses of the guide's headings: "§1.2 PyTorch的框架和特点 (... features)".
-        prose = re.sub(r"(?<=[\u3400-\u9fff]) \([^)]*\)", "", _prose(english)).lower()
-        for names, chinese_terms in entries:
-            if any(re.search(rf"\b{re.escape(n.lower())}(s|es)?\b", prose) for n in names):
-                assert any(t in chinese for t in chinese_terms), \
-                    f"{notebook} cell #{index} says {names[0]!r}; the glossary's {chinese_terms} " \
-                    "is not in the Chinese"
+    assert glossary_problems(_pairs(notebook), notebook) == []
+
+
+@pytest.mark.parametrize("notebook", REQUIRED)
+def test_kept_english_terms_are_glossed_at_first_use(notebook):
+    assert gloss_problems(_pairs(notebook), notebook) == []
+
+
+def test_each_english_sense_has_its_own_chinese_term():
+    table = senses()
+    assert table["rotation"] == [["旋转"]] and table["weak scaling"] == [["弱扩展"]]
+    assert sorted(table["scaling"]) == [["扩展"], ["缩放"]]  # of throughput, of an image
+    assert {"rank": "进程序号", "local rank": "本地进程序号", "world size": "进程总数",
+            "rendezvous": "会合"}.items() <= glossed_terms().items()
+    ok = [(1, "Random scaling and flipping.", "随机缩放和翻转。"),
+          (2, "How throughput scaling changes.", "吞吐量的扩展情况如何变化。")]
+    assert glossary_problems(ok, "nb") == []
+    wrong = [(3, "Weak scaling keeps the per-rank batch.", "弱缩放保持每个 rank 的批次不变。"),
+             (4, "Rotation helps.", "缩放有用。")]
+    problems = glossary_problems(wrong, "nb")
+    assert any("cell #3" in p and "弱扩展" in p for p in problems), problems
+    assert any("cell #4" in p and "旋转" in p for p in problems), problems
+
+
+def test_glossary_check_fails_on_a_copy_without_the_term(tmp_path):
+    """On a temporary copy: drop the glossary's Chinese from one cell and the checks name it."""
+    notebook = "06_2_distributed_checkpoints.ipynb"
+    chapters = _copy_of(tmp_path, notebook)
+    po = polib.pofile(str(translate.po_path(notebook, chapters)), wrapwidth=0)
+    for entry in po:  # rank without its gloss, and one cell without "world size"
+        entry.msgstr = entry.msgstr.replace("rank（进程序号）", "rank")
+    entry = next(e for e in po if "world size" in e.msgstr)
+    entry.msgstr = entry.msgstr.replace("world size（进程总数）", "进程数").replace("world size", "进程数")
+    index = int(entry.msgctxt.rsplit("#", 1)[1])
+    po.save()
+    assert translate.main(["build", "--chapters", str(chapters)]) == 0
+    pairs = _pairs(notebook, chapters)
+    assert [p for p in glossary_problems(pairs, notebook) if f"cell #{index} " in p and "world size" in p]
+    assert [p for p in gloss_problems(pairs, notebook) if "'rank'" in p]
 
 
 def _copy_of(tmp_path: Path, notebook: str) -> Path:

@@ -1,6 +1,6 @@
 """The words of every diagram, one table per language, and each diagram's caption.
 
-The Chinese uses the glossary's terms (GLOSSARY.md: 工作进程, 整理函数, 全归约, 梯度分桶, 秩, 分片 ...).
+The Chinese uses the glossary's terms (GLOSSARY.md: 工作进程, 整理函数, 全归约, 梯度分桶, rank, 分片 ...).
 A label with ``{}`` is filled in by the drawing code (a rank's number, a measured size).
 """
 
@@ -89,19 +89,19 @@ LABELS: dict[str, dict[str, dict[str, str]]] = {
             "wait_long": "等待（训练循环：等数据；工作进程：已有 4 个批次在预取）",
             "rule": "num_workers=2, prefetch_factor=2：最多 2 × 2 = 4 个批次同时在预取"},
         "sampler_split": {
-            "epoch": "set_epoch({})：打乱（seed + epoch）、补齐、依次分给各个秩",
-            "padding": "补齐", "rank": "秩 {}",
-            "note": "10 个索引、4 个秩：补齐到 12 个，每个秩各得 3 个；"
+            "epoch": "set_epoch({})：打乱（seed + epoch）、补齐、依次分给各个 rank",
+            "padding": "补齐", "rank": "rank {}",
+            "note": "10 个索引、4 个 rank：补齐到 12 个，每个 rank 各得 3 个；"
                     "不调用 set_epoch，每个轮次都重复第一个轮次的顺序"},
         "shard_assignment": {
             "order": "本轮次的分片顺序", "shard": "分片 {}",
-            "rank": "秩 {}（共 {} 个）", "worker": "工作进程 {}\n分片 {}",
+            "rank": "rank {}（共 {} 个）", "worker": "工作进程 {}\n分片 {}",
             "rule": "消费者 (rank, worker) 读取 order[rank::world_size][worker::num_workers]"},
         "ring_allreduce": {
-            "rank": "秩 {}", "ring": "每一步：每个秩把一块\n发给下一个秩",
-            "start": "开始：每个秩 4 块", "after_rs": "归约散射之后",
+            "rank": "rank {}", "ring": "每一步：每个 rank 把一块\n发给下一个 rank",
+            "start": "开始：每个 rank 4 块", "after_rs": "归约散射之后",
             "after_ag": "全收集之后", "steps": "N−1\n步",
-            "cost": "Σc = 所有秩第 c 块之和\n无论 N 多大，每个秩总共发送自身数据的 2(N−1)/N"},
+            "cost": "Σc = 所有 rank 第 c 块之和\n无论 N 多大，每个 rank 总共发送自身数据的 2(N−1)/N"},
         "ddp_buckets": {
             "single": "反向传播结束后做一次全归约", "bucketed": "梯度分桶（bucket_cap_mb）",
             "compute": "反向传播", "comm": "全归约", "grad": "L{} 梯度",
@@ -110,7 +110,7 @@ LABELS: dict[str, dict[str, dict[str, str]]] = {
             "time": "时间 →"},
         "zero_stages": {
             "stage0": "DDP", "stage1": "ZeRO-1", "stage2": "ZeRO-2", "stage3": "ZeRO-3 = FSDP",
-            "rank": "秩 {}", "params": "参数", "grads": "梯度",
+            "rank": "rank {}", "params": "参数", "grads": "梯度",
             "optim": "优化器状态（Adam：每个参数 2 个）",
             "bytes": "每个参数 {:g} 字节"},
         "fsdp_unit": {
@@ -119,15 +119,15 @@ LABELS: dict[str, dict[str, dict[str, str]]] = {
             "fwd": "前向", "free": "再次释放", "bwd": "反向",
             "grads_full": "完整梯度", "scatter": "归约散射",
             "grads_shard": "梯度分片", "opt": "更新", "updated": "更新后的分片",
-            "rank": "秩{}", "ranks": "每一行是一个秩；填色 = 在内存中持有"},
+            "rank": "rank {}", "ranks": "每一行是一个 rank；填色 = 在内存中持有"},
         "dcp_reshard": {
-            "saved": "由 {} 个秩保存", "loaded": "加载到 {} 个秩",
-            "file": "__{}_0.distcp", "row": "第 {} 行", "rank": "秩 {}",
+            "saved": "由 {} 个 rank 保存", "loaded": "加载到 {} 个 rank",
+            "file": "__{}_0.distcp", "row": "第 {} 行", "rank": "rank {}",
             "metadata": ".metadata：哪些行在哪个文件里",
-            "note": "每个新秩只读取自己需要的行，无论它们在哪个文件里"},
+            "note": "每个新 rank 只读取自己需要的行，无论它们在哪个文件里"},
         "elastic_rendezvous": {
-            "agent": "代理 {}", "round": "第 {} 轮会合", "train": "以世界大小 {} 启动",
-            "resume": "以世界大小 {} 恢复", "rank": "秩 {}",
+            "agent": "代理 {}", "round": "第 {} 轮 rendezvous", "train": "以 world size {} 启动",
+            "resume": "以 world size {} 恢复", "rank": "rank {}",
             "waits": "到达，等待", "dies": "离开",
             "join": "加入：重启，\n不占用重启次数",
             "leave": "离开：重启，\n用掉一次 --max-restarts", "time": "时间 →"},
@@ -166,21 +166,21 @@ CAPTIONS: dict[str, dict[str, str]] = {
                            "所以只要工作进程跟得上，慢的解码或变换就不会阻塞训练循环。",
         "loader_prefetch": "训练循环只为第一个批次等待；之后两个工作进程最多领先四个批次，"
                            "队列满了就暂停。",
-        "sampler_split": "每个秩得到同样多的索引（带斜线的是为补齐而重复的索引），"
-                         "而 set_epoch 让每个轮次都有一个所有秩一致的新顺序。",
-        "shard_assignment": "每个分片只交给一个 (秩, 工作进程)：分片先按秩分，再按工作进程分，"
+        "sampler_split": "每个 rank 得到同样多的索引（带斜线的是为补齐而重复的索引），"
+                         "而 set_epoch 让每个轮次都有一个所有 rank 一致的新顺序。",
+        "shard_assignment": "每个分片只交给一个 (rank, 工作进程)：分片先按 rank 分，再按工作进程分，"
                             "所以没有样本被读两次。",
-        "ring_allreduce": "归约散射之后每个秩持有一块完整求和的结果（Σ），全收集再把它们传遍整个环；"
-                          "每个秩始终只和相邻的秩通信。",
+        "ring_allreduce": "归约散射之后每个 rank 持有一块完整求和的结果（Σ），全收集再把它们传遍整个环；"
+                          "每个 rank 始终只和相邻的 rank 通信。",
         "ddp_buckets": "有了梯度分桶，最后几层梯度的全归约与前面几层的反向传播同时进行，"
                        "所以优化器更新能更早开始。",
-        "zero_stages": "零冗余优化器每升一个阶段，就多把一种状态分片到 4 个秩上（填色 = 持有）："
-                       "每个秩为每个参数持有的字节数从 16 降到 4。",
-        "fsdp_unit": "一个块的完整参数只在它自己的前向和反向传播期间存在；其余时间每个秩只持有"
+        "zero_stages": "零冗余优化器每升一个阶段，就多把一种状态分片到 4 个 rank 上（填色 = 持有）："
+                       "每个 rank 为每个参数持有的字节数从 16 降到 4。",
+        "fsdp_unit": "一个块的完整参数只在它自己的前向和反向传播期间存在；其余时间每个 rank 只持有"
                      "自己的分片，以及自己的梯度分片。",
-        "dcp_reshard": "检查点的两个文件按行切分，而不是按秩切分：三个秩各自读取需要的行来加载它，"
-                       "中间的秩要从两个文件里读。",
-        "elastic_rendezvous": "每次成员变化都是一轮新的会合，并以新的世界大小从最新的检查点重启；"
+        "dcp_reshard": "检查点的两个文件按行切分，而不是按 rank 切分：三个 rank 各自读取需要的行来加载它，"
+                       "中间的 rank 要从两个文件里读。",
+        "elastic_rendezvous": "每次成员变化都是一轮新的 rendezvous，并以新的 world size 从最新的检查点重启；"
                               "只有离开会用掉一次 --max-restarts。",
     },
 }
