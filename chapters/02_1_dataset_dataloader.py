@@ -11,6 +11,26 @@
 # - When workers pay off: a loader that waits on (network) storage, against one that is busy decoding.
 
 # %% [markdown]
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/02_1_dataset_dataloader.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/02_1_dataset_dataloader.ipynb)
+# Running in Colab or Kaggle? The next cell installs this companion's package `common` there (on Kaggle, first switch Internet on in the notebook's settings); on your own machine it installs nothing.
+
+# %%
+# Colab and Kaggle only: install this companion's package (a local run has it).
+import os
+import sys
+
+if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+    import importlib
+    import subprocess
+
+    package = "torch-pipelines-companion @ git+https://github.com/torch-pipelines-companion/torch-pipelines-companion"
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", package])
+    importlib.invalidate_caches()  # so that `import common` below finds the new package
+    print(f"Installed {package}")
+else:
+    print("Local run: nothing installed (this environment already has `common`)")
+
+# %% [markdown]
 # ## Setup
 # Imports (standard library, third party, then `common`), the seed and the device. `seed_everything` returns a
 # seeded `torch.Generator` that we hand to every `DataLoader` that shuffles.

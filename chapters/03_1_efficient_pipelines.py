@@ -16,6 +16,26 @@
 # - Why an index kept as a Python list makes every worker grow (copy-on-read), and how to read a loop's data-wait fraction
 
 # %% [markdown]
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/03_1_efficient_pipelines.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/03_1_efficient_pipelines.ipynb)
+# Running in Colab or Kaggle? The next cell installs this companion's package `common` there (on Kaggle, first switch Internet on in the notebook's settings); on your own machine it installs nothing.
+
+# %%
+# Colab and Kaggle only: install this companion's package (a local run has it).
+import os
+import sys
+
+if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+    import importlib
+    import subprocess
+
+    package = "torch-pipelines-companion @ git+https://github.com/torch-pipelines-companion/torch-pipelines-companion"
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", package])
+    importlib.invalidate_caches()  # so that `import common` below finds the new package
+    print(f"Installed {package}")
+else:
+    print("Local run: nothing installed (this environment already has `common`)")
+
+# %% [markdown]
 # Imports (standard library, third party, then `common`), the seed and the device. Everything a
 # DataLoader worker runs lives in `common`, so workers can import it under any start method;
 # the inline versions below run in this process only.

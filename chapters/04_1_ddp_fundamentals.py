@@ -11,6 +11,26 @@
 # - Why that script waits for data much of every step, and how Chapter 3's pipeline removes the wait, so that a dozen epochs are cheap enough to reach over 70% validation accuracy
 
 # %% [markdown]
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/04_1_ddp_fundamentals.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/04_1_ddp_fundamentals.ipynb)
+# Running in Colab or Kaggle? The next cell installs this companion's package `common` there (on Kaggle, first switch Internet on in the notebook's settings); on your own machine it installs nothing.
+
+# %%
+# Colab and Kaggle only: install this companion's package (a local run has it).
+import os
+import sys
+
+if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+    import importlib
+    import subprocess
+
+    package = "torch-pipelines-companion @ git+https://github.com/torch-pipelines-companion/torch-pipelines-companion"
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", package])
+    importlib.invalidate_caches()  # so that `import common` below finds the new package
+    print(f"Installed {package}")
+else:
+    print("Local run: nothing installed (this environment already has `common`)")
+
+# %% [markdown]
 # ## Setup
 # Imports, the seed and the device. Multi-process work never runs inside this kernel: each run is a
 # `torchrun` command started as a subprocess, and the cell shows what the processes printed. Whatever the
@@ -143,6 +163,13 @@ for world_size in (2, 8, 64):
     print(f"world size {world_size:>2}: each rank sends ~{sent / 1e3:.0f} kB per step")
 
 # %% [markdown]
+# The ring algorithm, drawn for 4 ranks: each gradient is cut into 4 chunks that travel around the ring twice, once summing (reduce-scatter), once spreading the sums (all-gather).
+#
+# ![Ring all-reduce on 4 ranks](figures/ring_allreduce.svg)
+#
+# *Reduce-scatter leaves each rank one fully summed chunk (Σ), all-gather passes those around; each rank only ever talks to its neighbour.*
+
+# %% [markdown]
 # The demo above also timed one `all_reduce` per tensor size (median of 5, on 2 gloo processes). Small
 # tensors cost a fixed latency (the round trips); from about a megabyte on, the time grows with the bytes.
 # That is why DDP packs gradients into ~25 MB *buckets* and all-reduces a bucket as soon as its gradients are
@@ -159,6 +186,13 @@ ax.set(xlabel="tensor size (bytes)", ylabel="all_reduce (ms)", title="One all_re
 ax.legend()
 plt.show()
 print((cost.rename("ms").rename_axis("float32 values")).to_frame().T.round(3))
+
+# %% [markdown]
+# What the buckets buy, drawn (a schematic, not a measurement): the same backward pass with one all-reduce at the end, and with gradient buckets all-reduced as soon as they fill.
+#
+# ![DDP gradient buckets overlapping backward](figures/ddp_buckets.svg)
+#
+# *With buckets the all-reduce of the last layers' gradients runs while backward still computes the first layers', so the step starts earlier.*
 
 # %% [markdown]
 # ## One process alone

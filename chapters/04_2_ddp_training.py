@@ -12,6 +12,26 @@
 # - Gradient accumulation with `no_sync`, mixed precision on GPUs, and launching on N GPUs and machines
 
 # %% [markdown]
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/04_2_ddp_training.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/04_2_ddp_training.ipynb)
+# Running in Colab or Kaggle? The next cell installs this companion's package `common` there (on Kaggle, first switch Internet on in the notebook's settings); on your own machine it installs nothing.
+
+# %%
+# Colab and Kaggle only: install this companion's package (a local run has it).
+import os
+import sys
+
+if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+    import importlib
+    import subprocess
+
+    package = "torch-pipelines-companion @ git+https://github.com/torch-pipelines-companion/torch-pipelines-companion"
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", package])
+    importlib.invalidate_caches()  # so that `import common` below finds the new package
+    print(f"Installed {package}")
+else:
+    print("Local run: nothing installed (this environment already has `common`)")
+
+# %% [markdown]
 # ## Setup
 # Imports, seed, device, the data, and a fresh folder for this notebook's runs. Every run below is
 # `common/ddp/train.py`, started as a subprocess with `torchrun`; the notebook reads what the run wrote.
@@ -41,7 +61,7 @@ from common import (
     plot_history,
     seed_everything,
 )
-from common.ddp.bench import benchmark, setups, steps_within_epoch, summarize
+from common.ddp.bench import WIDTH, benchmark, setups, steps_within_epoch, summarize
 from common.ddp.config import TINY
 from common.ddp.data import NormalizeCollate, build_loaders, cached_split
 from common.ddp.launch import RESTART_SAFE_ENV, run_command, torchrun_command
@@ -123,6 +143,13 @@ table = pd.DataFrame({f"rank {r}": [order(r, None), order(r, 1), order(r, 2)] fo
                      index=["no set_epoch (any epoch)", "set_epoch(1)", "set_epoch(2)"])
 print(table)
 assert sorted(order(0, 1) + order(1, 1)) == list(range(8))
+
+# %% [markdown]
+# The same rule drawn for 10 indices on 4 ranks, where the split is uneven: the sampler pads the shuffled order with repeats from its start, then deals it out in turn.
+#
+# ![DistributedSampler's split of indices over ranks](figures/sampler_split.svg)
+#
+# *Every rank gets the same number of indices (the hatched ones are repeats that pad the split), and set_epoch gives each epoch a new order that all ranks agree on.*
 
 # %% [markdown]
 # ## Validation that counts every image once
@@ -407,8 +434,10 @@ print(f"1 process on {device.type}: data wait {decode_wait:.2f} -> {cache_wait:.
 # - **one thread per process in every run**, the single process included (`THREADS_PER_PROCESS`, given
 #   as `--threads` and `OMP_NUM_THREADS`): 2 processes use 2 cores, 1 process uses one;
 # - the same compute-bound pipeline (the uint8 cache, no augmentation) and the same per-rank work:
-#   batch 32 per rank at 64 px, enough compute per step that the all-reduce of SmallCNN's gradients is
-#   small beside it (the cell prints both);
+#   batch 32 per rank at 64 px, and SmallCNN at width 32 (`WIDTH`; the trainer's default is 16): a step
+#   computes about four times as much for twice the activations and the gradients, so the ranks'
+#   arithmetic, not the all-reduce or the memory bandwidth both processes share, is what is compared
+#   (the cell prints the step time and the all-reduce's size);
 # - the clock only inside the first epoch, after two warm-up steps (no validation, no snapshot);
 # - the runs alternate (1, 2 strong, 2 weak, 1, ...), so a change in the machine's load hits all alike,
 #   and the table shows medians of 3.
@@ -443,7 +472,7 @@ scaling[["setup", "scaling", "ranks", "per_rank_batch", "global_batch", "threads
 # %%
 by = scaling.set_index("scaling")
 step_ms = 1e3 * 32 / by.loc["baseline", "samples_per_s"]
-grad_kb = 4 * count_parameters(SmallCNN(len(data.classes))) / 1e3
+grad_kb = 4 * count_parameters(SmallCNN(len(data.classes), width=WIDTH)) / 1e3
 print(f"weak scaling (32 per rank): 2 processes give {by.loc['weak', 'vs_1_rank']:.2f}x the samples/s of 1; "
       f"strong scaling (global batch 32): {by.loc['strong', 'vs_1_rank']:.2f}x")
 print(f"a step of 1 process computes for {step_ms:.0f} ms; the all-reduce moves {grad_kb:.0f} kB of "

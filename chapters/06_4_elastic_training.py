@@ -12,6 +12,26 @@
 # - What `--max-restarts` and a membership change cost, measured from the two runs' own logs
 
 # %% [markdown]
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/06_4_elastic_training.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/06_4_elastic_training.ipynb)
+# Running in Colab or Kaggle? The next cell installs this companion's package `common` there (on Kaggle, first switch Internet on in the notebook's settings); on your own machine it installs nothing.
+
+# %%
+# Colab and Kaggle only: install this companion's package (a local run has it).
+import os
+import sys
+
+if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+    import importlib
+    import subprocess
+
+    package = "torch-pipelines-companion @ git+https://github.com/torch-pipelines-companion/torch-pipelines-companion"
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", package])
+    importlib.invalidate_caches()  # so that `import common` below finds the new package
+    print(f"Installed {package}")
+else:
+    print("Local run: nothing installed (this environment already has `common`)")
+
+# %% [markdown]
 # ## Setup
 # The reference is an uninterrupted 1-process run of `common.fsdp.train --tiny` (8 steps), in this kernel.
 
@@ -63,6 +83,13 @@ with redirect_stdout(io.StringIO()):  # its JSON lines go to the log file only
     assert main(args(RUNS / "uninterrupted")) == 0
 reference = torch.load(RUNS / "uninterrupted" / "final.pt", weights_only=True)
 print("device:", device, "| runs in", RUNS, "| reference tensors:", len(reference))
+
+# %% [markdown]
+# The two experiments of this chapter on one time line: a join, then a leave, each a new rendezvous round.
+#
+# ![An elastic rendezvous: agents joining and leaving](figures/elastic_rendezvous.svg)
+#
+# *Every change of membership is a new rendezvous round and a restart at the new world size from the newest checkpoint; only a leave uses up a --max-restarts attempt.*
 
 # %% [markdown]
 # ## A second agent joins a running job

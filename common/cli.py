@@ -12,15 +12,25 @@ benchmark) fills in its values only where no flag was given: **flags given alway
     config = parse_config(Config, argv, description="...", presets={"tiny": {"lr": 0.05}})
 
 Every ``main`` returns an exit code and modules end with ``raise SystemExit(main())``.
+
+The contract every entry point keeps: a bad value is an argparse error naming the flag (exit
+status 2), found by the config's ``validate`` function, which merges the validators below
+(``positive``, ``finite``, ``in_range``, ``is_dir``, ``is_file_or_absent``, ``distinct_files``,
+...) once per flag; what only the run can find (a file's content) is one line from ``fail``
+(exit status 1). Never a traceback, never exit status 0 with a meaningless result.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import os
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -138,13 +148,31 @@ def parse_config(config_cls: type[T], argv: Sequence[str] | None = None, *, desc
     return config
 
 
+# Validators: each takes the finished config and field names and returns ``{field: problem}``
+# (empty when all is well), to be merged into one ``validate`` function per config dataclass.
+# A tuple field (``nargs="+"``) is checked element by element.
+
+def _values(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def at_least(config: Any, minimum: float, *names: str, why: str = "") -> dict[str, str]:
+    """``{name: "must be at least 8 (why), got 4"}`` for each named field below ``minimum``.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    reason = f" ({why})" if why else ""
+    return {name: f"must be at least {minimum}{reason}, got {getattr(config, name)!r}"
+            for name in names if any(v < minimum for v in _values(getattr(config, name)))}
+
+
 def positive(config: Any, *names: str) -> dict[str, str]:
     """``{name: "must be at least 1, got 0"}`` for each named field below 1 (for ``validate``).
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
     return {name: f"must be at least 1, got {getattr(config, name)}"
-            for name in names if getattr(config, name) < 1}
+            for name in names if any(v < 1 for v in _values(getattr(config, name)))}
 
 
 def non_negative(config: Any, *names: str) -> dict[str, str]:
@@ -153,5 +181,180 @@ def non_negative(config: Any, *names: str) -> dict[str, str]:
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
     return {name: f"must be 0 or more, got {getattr(config, name)}"
-            for name in names if getattr(config, name) < 0}
+            for name in names if any(v < 0 for v in _values(getattr(config, name)))}
 
+
+def finite(config: Any, *names: str) -> dict[str, str]:
+    """``{name: "must be a finite number, got nan"}`` for each named field that is nan or inf.
+
+    ``nan < 0`` is False, so ``non_negative`` alone lets a NaN learning rate through.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    return {name: f"must be a finite number, got {getattr(config, name)}"
+            for name in names if not all(math.isfinite(v) for v in _values(getattr(config, name)))}
+
+
+def in_range(config: Any, name: str, low: float, high: float) -> dict[str, str]:
+    """``{name: "must be between low and high, got x"}`` unless ``low <= value <= high`` (finite).
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    values = _values(getattr(config, name))
+    if all(math.isfinite(v) and low <= v <= high for v in values):
+        return {}
+    return {name: f"must be between {low} and {high}, got {getattr(config, name)}"}
+
+
+def _first_existing(path: Path) -> Path:
+    folder = path
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def is_file(config: Any, *names: str) -> dict[str, str]:
+    """``{name: "... does not exist" / "... is a folder, not a file"}`` for input files.
+
+    Empty values (``""``, ``None``: "not given") pass.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    problems = {}
+    for name in names:
+        for value in _values(getattr(config, name)):
+            if value in ("", None):
+                continue
+            path = Path(value)
+            if not path.exists():
+                problems[name] = f"{value} does not exist"
+            elif not path.is_file():
+                problems[name] = f"{value} is a folder, not a file"
+    return problems
+
+
+def is_dir(config: Any, *names: str) -> dict[str, str]:
+    """``{name: "... does not exist" / "... is a file, not a folder"}`` for input folders.
+
+    Empty values (``""``, ``None``: "not given") pass.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    problems = {}
+    for name in names:
+        for value in _values(getattr(config, name)):
+            if value in ("", None):
+                continue
+            path = Path(value)
+            if not path.exists():
+                problems[name] = f"{value} does not exist"
+            elif not path.is_dir():
+                problems[name] = f"{value} is a file, not a folder"
+    return problems
+
+
+def holds(config: Any, name: str, member: str, *, hint: str = "") -> dict[str, str]:
+    """An input folder that must exist and hold ``member`` (e.g. ``train/labels.csv``).
+
+    Introduced in chapters/03_1_efficient_pipelines.ipynb.
+    """
+    root = getattr(config, name)
+    if root in ("", None) or (problems := is_dir(config, name)):
+        return {} if root in ("", None) else problems
+    if not (Path(root) / member).is_file():
+        return {name: f"{root} holds no {member}" + (f" ({hint})" if hint else "")}
+    return {}
+
+
+def is_dir_or_absent(config: Any, *names: str) -> dict[str, str]:
+    """Output folders: each must be a folder, or creatable (its first existing parent a folder).
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    problems = {}
+    for name in names:
+        for value in _values(getattr(config, name)):
+            if value in ("", None):
+                continue
+            path = Path(value)
+            if path.exists() and not path.is_dir():
+                problems[name] = f"{value} is a file, not a folder"
+            elif not path.exists() and not _first_existing(path).is_dir():
+                problems[name] = f"cannot create {value}: {_first_existing(path)} is not a folder"
+    return problems
+
+
+def writable_file(path: str | Path | None) -> str:
+    """Why a file cannot be written at ``path`` (``""`` if it can, or if no path is given).
+
+    Checked at start, so a run does not train an epoch and then fail to save it.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    if path in ("", None):
+        return ""
+    target = Path(path)
+    if target.is_dir():
+        return f"{path} is a folder, not a file"
+    folder = _first_existing(target.parent)  # the rest gets created
+    if not folder.is_dir():
+        return f"cannot create {path}: {folder} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot create {path}: {folder} is not writable"
+    return ""
+
+
+def is_file_or_absent(config: Any, *names: str) -> dict[str, str]:
+    """Output files: each must be a file, or creatable (see :func:`writable_file`).
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    return {name: problem for name in names
+            if (problem := writable_file(getattr(config, name)))}
+
+
+def distinct_files(config: Any, *names: str) -> dict[str, str]:
+    """Two output flags naming one file would destroy each other: the later one is refused.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    seen: dict[Path, str] = {}
+    problems = {}
+    for name in names:
+        value = getattr(config, name)
+        if value in ("", None):
+            continue
+        path = Path(value).resolve()
+        if path in seen:
+            problems[name] = f"names the same file as {flag_name(seen[path])} ({value})"
+        else:
+            seen[path] = name
+    return problems
+
+
+def file_name_part(config: Any, *names: str) -> dict[str, str]:
+    """A prefix of file names: no folder separators, no ``..`` (nothing written outside ``--out``).
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    bad = {name: f"is a file-name prefix, not a path: {getattr(config, name)!r}"
+           for name in names
+           if any(sep in getattr(config, name) for sep in ("/", "\\", os.sep))
+           or getattr(config, name) in ("", ".", "..")}
+    return bad
+
+
+def fail(message: str, *, prog: str = "") -> int:
+    """Print ``prog: error: message`` on one line to stderr; the exit status 1 of a ``main``.
+
+    For errors found after parsing (a file's content, the data's labels), which argparse
+    cannot see: a user's mistake gets one line naming the flag or file, never a traceback
+    (not even the worker's traceback that a DataLoader puts into the message it re-raises).
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    name = prog or Path(sys.argv[0]).name
+    if "Traceback (most recent call last)" in message:  # re-raised from a DataLoader worker
+        message = message.strip().splitlines()[-1]
+    print(f"{name}: error: {message}", file=sys.stderr, flush=True)
+    return 1

@@ -17,7 +17,15 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from common.cli import option, parse_config, positive
+from common.cli import (
+    at_least,
+    in_range,
+    is_dir_or_absent,
+    non_negative,
+    option,
+    parse_config,
+    positive,
+)
 from common.paths import default_data_root
 from common.synthetic import SyntheticConfig, ensure_data, generate
 
@@ -35,13 +43,31 @@ class MakeDataConfig(SyntheticConfig):
     force: bool = option(False, "regenerate even if intact")
 
 
+#: Below this side a shape is a few pixels of noise, not a circle or a star.
+MIN_SIDE = 16
+
+
+def check_config(config: MakeDataConfig) -> dict[str, str]:
+    """Problems of a finished configuration, by field (empty when it is valid).
+
+    Introduced in chapters/01_pytorch_basics.ipynb.
+    """
+    problems = {**positive(config, "num_train", "num_val"), **non_negative(config, "seed"),
+                **at_least(config, MIN_SIDE, "min_size", "max_size",
+                           why="a smaller image holds no recognisable shape"),
+                **in_range(config, "jpeg_quality", 1, 95), **is_dir_or_absent(config, "root")}
+    if not problems.keys() & {"min_size", "max_size"} and config.max_size < config.min_size:
+        problems["max_size"] = f"must be at least --min-size {config.min_size}, got {config.max_size}"
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m common.make_data`` (and ``companion-make-data``).
 
     Introduced in chapters/01_pytorch_basics.ipynb.
     """
     args = parse_config(MakeDataConfig, argv, description=__doc__.splitlines()[0],
-                        validate=lambda c: positive(c, "num_train", "num_val", "min_size"))
+                        validate=check_config)
     config = SyntheticConfig(**{f.name: asdict(args)[f.name] for f in fields(SyntheticConfig)})
     root = args.root or default_data_root() / "shapes"
     start = time.perf_counter()

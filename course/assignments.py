@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.cli import option, parse_config
+from common.cli import is_dir, is_dir_or_absent, option, parse_config
 from common.paths import chapters_dir
 from course.checks import answered, checks
 
@@ -230,8 +230,20 @@ class AssignmentsConfig:
     sources: Path | None = option(None, "folder of instructor sources (default: chapters/exercises)")
 
 
+def check_config(config: AssignmentsConfig) -> dict[str, str]:
+    """Problems of a finished configuration, by field: student versions never overwrite the
+    instructor sources."""
+    problems = {**is_dir(config, "sources"), **is_dir_or_absent(config, "out")}
+    sources = (config.sources or exercises_dir()).resolve()
+    if "out" not in problems and config.command == "build" and config.out.resolve() == sources:
+        problems["out"] = (f"{config.out} is the instructor sources' folder: the student "
+                           "versions would overwrite them")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_config(AssignmentsConfig, argv, description=__doc__.splitlines()[0])
+    args = parse_config(AssignmentsConfig, argv, description=__doc__.splitlines()[0],
+                        validate=check_config)
     args.sources = args.sources or exercises_dir()
     sources = instructor_sources(args.sources)
     if not sources:

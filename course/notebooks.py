@@ -21,7 +21,7 @@ import jupytext
 import nbformat
 from nbclient import NotebookClient
 
-from common.cli import option, parse_config
+from common.cli import option, parse_config, positive
 from course import bootstrap as standard_cells
 
 FORMATS = "ipynb,py:percent"
@@ -166,8 +166,22 @@ class NotebooksConfig:
     timeout: int = option(600, "seconds per cell")
 
 
+def check_config(config: NotebooksConfig) -> dict[str, str]:
+    """Problems of a finished configuration, by field: every path a notebook or its twin."""
+    problems = positive(config, "timeout")
+    wrong = [str(p) for p in config.paths if p.suffix not in (".ipynb", ".py")]
+    missing = [str(p) for p in config.paths if p.suffix in (".ipynb", ".py")
+               and not any(p.with_suffix(s).is_file() for s in (".ipynb", ".py"))]
+    if wrong:
+        problems["paths"] = f"not an .ipynb or .py file: {', '.join(wrong)}"
+    elif missing:
+        problems["paths"] = f"no such notebook or twin: {', '.join(missing)}"
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_config(NotebooksConfig, argv, description=__doc__.splitlines()[0])
+    args = parse_config(NotebooksConfig, argv, description=__doc__.splitlines()[0],
+                        validate=check_config)
     failures = []
     for path in args.paths:
         if args.command == "build":

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import nbformat
 
-from common.cli import option, parse_config
+from common.cli import fail, is_dir, is_dir_or_absent, option, parse_config
 from common.paths import repo_root
 from course.site_pages import (
     EDITIONS,
@@ -126,6 +126,26 @@ def _prepare_out(out: Path) -> None:
     (out / MARKER).write_text("written by `python -m course.site`; rebuilt on every run\n")
 
 
+def _refuse_foreign_work(work: Path) -> None:
+    """A staging folder that is not empty and not stamped by us is someone else's: refused.
+
+    ``stage_edition`` replaces ``work/<edition>``: without the stamp a user's own
+    ``DIR-src/en/`` would be deleted. A staging folder from before the stamp is recognised by
+    the ``_site.json`` this module writes into every edition.
+    """
+    ours = (work / MARKER).exists() or any((work / e / "_site.json").is_file() for e in EDITIONS)
+    if work.exists() and (not work.is_dir() or (any(work.iterdir()) and not ours)):
+        raise FileExistsError(f"{work} (the staging folder of --out) is not empty and was not "
+                              "written by course.site; pick another --out or empty it")
+
+
+def _prepare_work(work: Path) -> None:
+    """The staging folder: created and stamped, or reused if stamped; a stranger's is refused."""
+    _refuse_foreign_work(work)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / MARKER).write_text("staged by `python -m course.site`; rebuilt on every run\n")
+
+
 def _switch(edition: Edition, other: Edition | None, other_pages: list[str]) -> dict | None:
     if other is None:
         return None
@@ -160,7 +180,9 @@ def build_site(root: Path, out: Path, *, with_exercises: bool = True,
                                          english=english)
     editions = [(EDITIONS["en"], english)] + ([(EDITIONS["zh"], chinese)] if chinese else [])
     warnings += zh_warnings
+    _refuse_foreign_work(work)  # before --out is touched
     _prepare_out(out)
+    _prepare_work(work)
     jobs = []
     for edition, chapters in editions:
         other = next(((e, c) for e, c in editions if e is not edition), None)
@@ -203,11 +225,24 @@ class SiteConfig:
     exercises: bool = option(True, "include chapters/exercises (instructor versions, solutions)")
 
 
+def check_config(config: SiteConfig) -> dict[str, str]:
+    """Problems of a finished configuration, by field (empty when it is valid)."""
+    problems = {**is_dir(config, "root"), **is_dir_or_absent(config, "out")}
+    if config.root is not None and "root" not in problems \
+            and not (config.root / "chapters").is_dir():
+        problems["root"] = f"{config.root} has no chapters/ folder: not this repository"
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_config(SiteConfig, argv, description=__doc__.splitlines()[0])
+    args = parse_config(SiteConfig, argv, description=__doc__.splitlines()[0],
+                        validate=check_config)
     start = time.perf_counter()
-    chapters, warnings = build_site(args.root or repo_root(), args.out,
-                                    with_exercises=args.exercises)
+    try:
+        chapters, warnings = build_site(args.root or repo_root(), args.out,
+                                        with_exercises=args.exercises)
+    except FileExistsError as error:
+        return fail(str(error), prog="course.site")
     for chapter in chapters:
         print(f"{chapter.source} -> {args.out / chapter.page}")
     for warning in warnings:

@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 import polib
 
-from common.cli import option, parse_config
+from common.cli import is_dir, option, parse_config
 from common.paths import chapters_dir
 
 LANGUAGE = "zh-CN"
@@ -183,12 +183,13 @@ def check(notebook: str, chapters: Path | None = None) -> list[str]:
     return found
 
 
-def status_lines(chapters: Path | None = None) -> list[str]:
-    """One line per English notebook: required or pending, and translated/fuzzy/missing counts."""
+def status_lines(chapters: Path | None = None, notebooks: tuple[str, ...] = ()) -> list[str]:
+    """One line per English notebook (or per one of ``notebooks``): required or pending, and
+    translated/fuzzy/missing counts."""
     chapters = chapters or chapters_dir()
     listed = set(required(chapters))
     lines = []
-    for notebook in english_notebooks(chapters):
+    for notebook in notebooks or english_notebooks(chapters):
         nb = nbformat.read(chapters / notebook, as_version=4)
         total = len(markdown_cells(nb))
         missing = len(problems_of(notebook, nb, load_po(notebook, chapters)))
@@ -218,11 +219,30 @@ class TranslateConfig:
     chapters: Path | None = option(None, "the chapters folder (default: the repository's)")
 
 
+def check_config(config: TranslateConfig) -> dict[str, str]:
+    """Problems of a finished configuration, by field: a missing folder or notebook is refused
+    (a status of nothing would read as "complete")."""
+    if problems := is_dir(config, "chapters"):
+        return problems
+    chapters = config.chapters or chapters_dir()
+    if not english_notebooks(chapters):
+        return {"chapters": f"{chapters} holds no notebooks"}
+    outside = [nb for nb in config.notebooks if not nb.endswith(".ipynb") or ".." in Path(nb).parts
+               or Path(nb).is_absolute()]
+    if outside:
+        return {"notebooks": f"not a notebook under {chapters}: {', '.join(outside)}"}
+    missing = [nb for nb in config.notebooks if not (chapters / nb).is_file()]
+    if missing:
+        return {"notebooks": f"no such notebook in {chapters}: {', '.join(missing)}"}
+    return {}
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_config(TranslateConfig, argv, description=__doc__.splitlines()[0])
+    args = parse_config(TranslateConfig, argv, description=__doc__.splitlines()[0],
+                        validate=check_config)
     chapters = args.chapters or chapters_dir()
     if args.command == "status":
-        print("\n".join(status_lines(chapters)))
+        print("\n".join(status_lines(chapters, args.notebooks)))
         return 0
     default = english_notebooks(chapters) if args.command == "extract" else required(chapters)
     failures = []

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from common.cli import non_negative, option, positive
+from common.cli import (
+    at_least,
+    distinct_files,
+    finite,
+    in_range,
+    is_dir,
+    is_file_or_absent,
+    non_negative,
+    option,
+    positive,
+    writable_file,
+)
 from common.cli import parse_config as parse_dataclass
 
 
@@ -75,17 +84,36 @@ TINY = {"optimizer": "sgd", "lr": 0.05, "num_epochs": 2, "batch_size": 8, "image
         "width": 4, "norm": "group", "subset": 48}
 
 
+#: SmallCNN halves its input three times (three 2x2 max-pools): a side below 8 leaves nothing.
+MIN_IMAGE_SIZE = 8
+
+
+def run_problems(config: RunSettings) -> dict[str, str]:
+    """Problems of the settings ``common.ddp.train`` and ``common.fsdp.train`` share, by field.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    return {**at_least(config, MIN_IMAGE_SIZE, "image_size", why="SmallCNN halves it three times"),
+            **positive(config, "num_epochs", "batch_size", "grad_accum", "image_size", "width"),
+            **non_negative(config, "max_steps", "num_workers", "subset", "lr", "weight_decay",
+                           "momentum"),
+            **in_range(config, "momentum", 0.0, 0.999),  # 1 or more: steps grow without bound
+            **finite(config, "lr", "momentum", "weight_decay"),
+            **is_dir(config, "data"),
+            **pipeline_problem(config)}
+
+
 def check_config(config: TrainConfig) -> dict[str, str]:
     """Problems of a finished configuration, by field (empty when it is valid).
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
-    return {**positive(config, "num_epochs", "batch_size", "grad_accum", "image_size", "width"),
-            **non_negative(config, "max_steps", "snapshot_every", "num_workers", "subset",
-                           "threads", "simulate_failure_at_step", "step_delay"),
-            **pipeline_problem(config),
-            **{name: problem for name in ("snapshot", "save_final", "log_file")
-               if (problem := unwritable(getattr(config, name)))}}
+    return {**run_problems(config),
+            **non_negative(config, "snapshot_every", "threads", "simulate_failure_at_step",
+                           "step_delay"),
+            **finite(config, "step_delay"),
+            **is_file_or_absent(config, "snapshot", "save_final", "log_file"),
+            **distinct_files(config, "snapshot", "save_final", "log_file")}
 
 
 def pipeline_problem(config) -> dict[str, str]:
@@ -99,25 +127,11 @@ def pipeline_problem(config) -> dict[str, str]:
 
 
 def unwritable(path: str) -> str:
-    """Why a file cannot be written at ``path`` (``""`` if it can, or if no path is given).
-
-    Checked at start, so a run does not train an epoch and then fail to save it.
+    """Why a file cannot be written at ``path`` (``""`` if it can): ``common.cli.writable_file``.
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
-    if not path:
-        return ""
-    target = Path(path)
-    if target.is_dir():
-        return f"{path} is a folder, not a file"
-    folder = target.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent  # the first existing folder above: the rest gets created
-    if not folder.is_dir():
-        return f"cannot create {path}: {folder} is not a folder"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"cannot create {path}: {folder} is not writable"
-    return ""
+    return writable_file(path)
 
 
 def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:

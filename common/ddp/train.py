@@ -59,6 +59,7 @@ from common.ddp.snapshot import (
     save_snapshot,
 )
 from common.device import seed_everything
+from common.fast.cache import CacheError
 from common.models import SmallCNN
 from common.synthetic import ShapesData, ensure_data
 
@@ -301,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
     return run_in_process_group(train, parse_config(argv),
-                                errors=(SnapshotError, FileNotFoundError, ValueError))
+                                errors=(SnapshotError, CacheError, FileNotFoundError,
+                                        ValueError))
 
 
 if __name__ == "__main__":

@@ -41,9 +41,18 @@ from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, Subset
 from tqdm.auto import tqdm
 
-from common.cli import option, parse_config, positive
+from common.cli import (
+    fail,
+    finite,
+    holds,
+    is_dir_or_absent,
+    non_negative,
+    option,
+    parse_config,
+    positive,
+)
 from common.data import CustomImageDataset
-from common.fast.cache import CacheConfig, CachedImageDataset, ensure_cache
+from common.fast.cache import CacheConfig, CachedImageDataset, CacheError, ensure_cache
 from common.fast.costs import GUIDE, LIMIT, cache_payoff, formulations
 from common.fast.memory import MB, pipeline_pss_mb
 from common.fast.pipeline import (
@@ -60,6 +69,10 @@ COLUMNS = ["pipeline", "num_workers", "images_per_s", "speedup_vs_guide", "peak_
 LIMIT_IMAGES = 1024
 #: Tiny data for --quick: generated next to the results, in well under a second.
 QUICK_DATA = SyntheticConfig(seed=3, num_train=32, num_val=8, min_size=48, max_size=96)
+
+
+#: What ``--formulations`` may name (each is built in ``build_pipelines``).
+FORMULATIONS = ("pil_draft_uint8", "torchvision_uint8", "cache_batched", "cache_fused")
 
 
 @dataclass
@@ -80,7 +93,8 @@ class BenchConfig:
     crop_size: int = option(224, "centre crop of the eval transform")
     formulations: tuple[str, ...] = option(("pil_draft_uint8", "torchvision_uint8", "cache_batched",
                                             "cache_fused"),
-                                           "the faster formulations to compare", nargs="+")
+                                           "the faster formulations to compare", nargs="+",
+                                           choices=FORMULATIONS)
     size: int = option(0, "generate (once, under --out) and use a dataset of this many training "
                           "images (0: the repository's 960)")
     max_images: int = option(0, "images read per timed repeat (0: whole epochs)")
@@ -350,10 +364,34 @@ def run_benchmark(config: BenchConfig) -> pd.DataFrame:
     return table
 
 
+MAKE_DATA = "make one with python -m common.make_data --root DIR"  # for a --data-root without
+
+
+def check_config(config: BenchConfig) -> dict[str, str]:
+    """Problems of a finished configuration, by field (empty when it is valid).
+
+    Introduced in chapters/03_1_efficient_pipelines.ipynb.
+    """
+    crop = ({"crop_size": f"must be at most --resize-size {config.resize_size}, got "
+                          f"{config.crop_size}"} if config.crop_size > config.resize_size else {})
+    return {**crop, **positive(config, "num_images", "batch_size", "repeats", "resize_size",
+                               "crop_size", "threads"),
+            **non_negative(config, "num_workers", "min_seconds", "size", "max_images", "buffers"),
+            **finite(config, "min_seconds"), **is_dir_or_absent(config, "out"),
+            **holds(config, "data_root", "train/labels.csv", hint=MAKE_DATA)}
+
+
 def main(argv: list[str] | None = None) -> int:
+    """``python -m common.fast.benchmark``; an unusable cache is one line, not a traceback."""
     config = parse_config(BenchConfig, argv, description=__doc__.splitlines()[0],
-                          presets={"quick": QUICK},
-                          validate=lambda c: positive(c, "num_images", "batch_size", "repeats"))
+                          presets={"quick": QUICK}, validate=check_config)
+    try:
+        return _run(config)
+    except CacheError as error:
+        return fail(str(error), prog="common.fast.benchmark")
+
+
+def _run(config: BenchConfig) -> int:
     if config.formulations_only:
         torch.set_num_threads(config.threads)
         images = torch.randint(0, 256, (config.num_images, 3, config.crop_size, config.crop_size),

@@ -230,6 +230,17 @@ def open_cache(root: str | os.PathLike, *, check: bool = True) -> ImageCache:
     return ImageCache(root, images, labels, manifest)
 
 
+def _folder_root(root: str | os.PathLike) -> Path:
+    """``root`` as a Path, refused (``CacheError``) if it or a folder above it is a file."""
+    root = Path(root)
+    for folder in (root, *root.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise CacheError(f"cache root {root}: {folder} is a file, not a folder")
+            break
+    return root
+
+
 def build_cache(source: CustomImageDataset, root: str | os.PathLike,
                 config: CacheConfig = CacheConfig(), *, indices: Sequence[int] | None = None,
                 num_workers: int = 0, batch_size: int = 32) -> ImageCache:
@@ -241,7 +252,7 @@ def build_cache(source: CustomImageDataset, root: str | os.PathLike,
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
     started = time.perf_counter()
-    root = Path(root)
+    root = _folder_root(root)
     root.mkdir(parents=True, exist_ok=True)
     indices = list(range(len(source))) if indices is None else [int(i) for i in indices]
     shape = (len(indices), 3, config.crop_size, config.crop_size)
@@ -329,7 +340,7 @@ def ensure_cache(source: CustomImageDataset, root: str | os.PathLike,
     if verify not in ("stat", "full"):
         raise ValueError(f"verify must be 'stat' or 'full', got {verify!r}")
     indices = list(range(len(source))) if indices is None else [int(i) for i in indices]
-    root = Path(root)
+    root = _folder_root(root)
     root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(root.parent / f".{root.name}.lock"):  # one builder at a time
         reason = stale_reason(root, source, config, indices, full=verify == "full")

@@ -14,7 +14,8 @@ import json
 import statistics
 from dataclasses import dataclass
 
-from common.cli import option, parse_config, positive
+from common.cli import at_least, option, parse_config, positive
+from common.ddp.config import MIN_IMAGE_SIZE
 from common.ddp.launch import run_command, torchrun_command
 
 
@@ -64,6 +65,21 @@ def compare(config: BenchConfig) -> dict[str, dict[str, float]]:
     return table
 
 
+def check_config(config: BenchConfig) -> dict[str, str]:
+    """Problems of a finished configuration, by field (empty when it is valid).
+
+    Introduced in chapters/06_1_fsdp_sharding.ipynb.
+    """
+    problems = {**positive(config, "ranks", "repeats", "steps", "width", "batch_size"),
+                **at_least(config, MIN_IMAGE_SIZE, "image_size",
+                           why="SmallCNN halves it three times")}
+    if "batch_size" not in problems and "ranks" not in problems \
+            and config.batch_size % config.ranks:
+        problems["batch_size"] = (f"the global batch {config.batch_size} must split evenly over "
+                                  f"--ranks {config.ranks}")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m common.fsdp.bench``.
 
@@ -71,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     config = parse_config(BenchConfig, argv, description="FSDP vs DDP samples/s and bytes per "
                           "rank (python -m common.fsdp.bench)",
-                          validate=lambda c: positive(c, "ranks", "repeats", "steps", "width",
-                                                      "batch_size", "image_size"))
+                          validate=check_config)
     table = compare(config)
     print(f"{'':10} {'samples/s':>10} {'bytes/rank':>11}   ({config.ranks} CPU ranks, gloo, "
           f"median of {config.repeats})")

@@ -5,9 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from common.cli import non_negative, option, positive
+from common.cli import (
+    distinct_files,
+    finite,
+    is_dir_or_absent,
+    is_file_or_absent,
+    non_negative,
+    option,
+    positive,
+)
 from common.cli import parse_config as parse_dataclass
-from common.ddp.config import RunSettings, pipeline_problem
+from common.ddp.config import RunSettings, run_problems
 
 
 @dataclass
@@ -52,11 +60,13 @@ def check_config(config: FSDPTrainConfig) -> dict[str, str]:
 
     Introduced in chapters/06_1_fsdp_sharding.ipynb.
     """
-    problems = {**positive(config, "num_epochs", "batch_size", "grad_accum", "image_size", "width",
-                           "keep"),
-                **non_negative(config, "max_steps", "checkpoint_every", "num_workers", "subset",
-                               "threads", "simulate_kill_at_step", "step_delay")}
-    problems |= pipeline_problem(config)
+    problems = {**run_problems(config), **positive(config, "keep"),
+                **non_negative(config, "checkpoint_every", "threads", "simulate_kill_at_step",
+                               "step_delay"),
+                **finite(config, "step_delay"),
+                **is_dir_or_absent(config, "checkpoint"),
+                **is_file_or_absent(config, "save_final", "log_file"),
+                **distinct_files(config, "save_final", "log_file")}
     if config.kill_in_save and not config.simulate_kill_at_step:
         problems["kill_in_save"] = "needs --simulate-kill-at-step N"
     if config.bf16 and config.strategy != "fsdp":

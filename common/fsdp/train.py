@@ -57,6 +57,7 @@ from common.ddp.process_group import (
 from common.ddp.run_log import RunLog, Timing, finish_run
 from common.ddp.train import batchnorm_to_groupnorm
 from common.device import seed_everything
+from common.fast.cache import CacheError
 from common.fsdp.checkpoint import (
     CheckpointError,
     PendingSave,
@@ -366,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     Introduced in chapters/06_1_fsdp_sharding.ipynb.
     """
     return run_in_process_group(train, parse_config(argv),
-                                errors=(CheckpointError, FileNotFoundError, ValueError))
+                                errors=(CheckpointError, CacheError, FileNotFoundError,
+                                        ValueError))
 
 
 if __name__ == "__main__":

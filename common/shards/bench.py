@@ -28,8 +28,22 @@ from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 
-from common.cli import option, parse_config, positive
-from common.fast.benchmark import QUICK_DATA, intra_op_threads, measure, summarize
+from common.cli import (
+    finite,
+    holds,
+    is_dir_or_absent,
+    non_negative,
+    option,
+    parse_config,
+    positive,
+)
+from common.fast.benchmark import (
+    MAKE_DATA,
+    QUICK_DATA,
+    intra_op_threads,
+    measure,
+    summarize,
+)
 from common.fast.pipeline import BatchNormalize, NormalizedLoader
 from common.shards.dataset import ShardedImageDataset
 from common.shards.format import ensure_shards, read_manifest
@@ -151,15 +165,24 @@ def ratios(table: pd.DataFrame) -> dict[str, float]:
             for name in at.index if name != "shards_uint8"}
 
 
+def check_config(config: ShardBenchConfig) -> dict[str, str]:
+    """Problems of a finished configuration, by field (empty when it is valid).
+
+    Introduced in chapters/03_1_efficient_pipelines.ipynb.
+    """
+    return {**positive(config, "num_images", "batch_size", "repeats", "shard_size", "threads"),
+            **non_negative(config, "num_workers", "min_seconds", "max_images"),
+            **finite(config, "min_seconds"), **is_dir_or_absent(config, "out"),
+            **holds(config, "data_root", "train/labels.csv", hint=MAKE_DATA)}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m common.shards.bench``.
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
     config = parse_config(ShardBenchConfig, argv, description=__doc__.splitlines()[0],
-                          presets={"quick": QUICK},
-                          validate=lambda c: positive(c, "num_images", "batch_size", "repeats",
-                                                      "shard_size"))
+                          presets={"quick": QUICK}, validate=check_config)
     config.out.mkdir(parents=True, exist_ok=True)
     if config.data_root is not None:
         data = ShapesData(Path(config.data_root))

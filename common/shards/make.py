@@ -19,7 +19,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.cli import option, parse_config, positive
+from common.cli import (
+    fail,
+    file_name_part,
+    is_dir,
+    is_dir_or_absent,
+    is_file,
+    option,
+    parse_config,
+    positive,
+)
 from common.data import CustomImageDataset
 from common.paths import default_data_root
 from common.shards.format import write_shards
@@ -43,7 +52,9 @@ class MakeShardsConfig:
 
 
 def _check(config: MakeShardsConfig) -> dict[str, str]:
-    problems = positive(config, "shard_size")
+    problems = {**positive(config, "shard_size"), **is_file(config, "csv"),
+                **is_dir(config, "images"), **is_dir_or_absent(config, "out"),
+                **file_name_part(config, "prefix")}
     if config.csv is not None and (config.images is None or config.out is None):
         problems["csv"] = "--csv needs --images and --out"
     return problems
@@ -81,6 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
     args = parse_args(argv)
+    try:
+        _make(args)
+    except (FileNotFoundError, ValueError) as error:  # a bad CSV row, a missing image
+        return fail(str(error), prog="common.shards.make")
+    return 0
+
+
+def _make(args: MakeShardsConfig) -> int:
     if args.csv is not None:
         convert(args.csv, args.images, args.out, shard_size=args.shard_size, prefix=args.prefix)
         return 0

@@ -16,6 +16,7 @@ evaluates on the validation shards.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Sequence
@@ -25,7 +26,18 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from common.cli import option, parse_config, positive
+from common.annotations import BadSampleError
+from common.cli import (
+    at_least,
+    fail,
+    finite,
+    is_file_or_absent,
+    non_negative,
+    option,
+    parse_config,
+    positive,
+)
+from common.ddp.config import MIN_IMAGE_SIZE
 from common.ddp.process_group import (
     DistInfo,
     all_reduce_sum,
@@ -37,7 +49,7 @@ from common.ddp.process_group import (
 )
 from common.models import SmallCNN
 from common.paths import default_data_root
-from common.shards import ShardedImageDataset
+from common.shards import ShardedImageDataset, ShardInfo, read_manifest
 from common.training import evaluate, train_one_epoch
 from common.transforms import V2EvalPreset, V2TrainPreset
 
@@ -74,15 +86,49 @@ class ShardTrainConfig:
 TINY = {"image_size": 32, "batch_size": 4, "num_epochs": 2, "buffer_size": 8}
 
 
+def check_config(config: ShardTrainConfig) -> dict[str, str]:
+    """Problems of a finished configuration, by field (empty when it is valid).
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    return {**positive(config, "num_epochs", "batch_size", "buffer_size", "num_classes"),
+            **at_least(config, MIN_IMAGE_SIZE, "image_size", why="SmallCNN halves it three times"),
+            **non_negative(config, "num_workers", "lr"), **finite(config, "lr"),
+            **is_file_or_absent(config, "out")}
+
+
 def parse_args(argv: Sequence[str] | None = None) -> ShardTrainConfig:
     """Flags -> ``ShardTrainConfig``; ``--tiny`` fills in ``TINY`` where no flag was given.
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
     return parse_config(ShardTrainConfig, argv, description=__doc__.splitlines()[0],
-                        presets={"tiny": TINY},
-                        validate=lambda c: positive(c, "num_epochs", "batch_size", "image_size",
-                                                    "buffer_size"))
+                        presets={"tiny": TINY}, validate=check_config)
+
+
+def read_shards(config: ShardTrainConfig, name: str) -> list[ShardInfo]:
+    """The manifest behind ``--shards``/``--val-shards``, its labels bounded by ``--num-classes``.
+
+    A manifest that lists more classes than ``--num-classes`` is refused before training
+    (the loss would fail on the first label past the last logit); without ``classes``
+    every label is checked against ``--num-classes`` as it is read.
+
+    Raises:
+        ValueError: Naming the flag.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    flag = "--" + name.replace("_", "-")
+    try:
+        shards = read_manifest(getattr(config, name))
+    except (FileNotFoundError, ValueError) as error:  # ShardError is a ValueError
+        raise ValueError(f"{flag}: {error}") from error
+    known = max((shard.num_classes or 0) for shard in shards)
+    if known > config.num_classes:
+        raise ValueError(f"--num-classes {config.num_classes} is fewer than the {known} classes "
+                         f"of the manifest behind {flag} {getattr(config, name)}")
+    return [dataclasses.replace(shard, num_classes=shard.num_classes or config.num_classes)
+            for shard in shards]
 
 
 class CountingLoader:
@@ -108,11 +154,11 @@ def build_loaders(config: ShardTrainConfig, info: DistInfo) -> tuple[DataLoader,
     train_tf = (V2TrainPreset(crop_size=size, scale=(0.6, 1.0)) if config.augment
                 else V2EvalPreset(resize_size=size, crop_size=size))
     train_set = ShardedImageDataset(
-        config.shards, train_tf,
+        read_shards(config, "shards"), train_tf,
         buffer_size=config.buffer_size, seed=config.seed, rank=info.rank,
         world_size=info.world_size, equalize=config.equalize)
     val_set = ShardedImageDataset(
-        config.val_shards, V2EvalPreset(resize_size=size, crop_size=size),
+        read_shards(config, "val_shards"), V2EvalPreset(resize_size=size, crop_size=size),
         shuffle=False, rank=0, world_size=1, equalize="none")
     pin = info.device.type == "cuda"
     return (DataLoader(train_set, batch_size=config.batch_size, num_workers=config.num_workers,
@@ -171,7 +217,17 @@ def train(config: ShardTrainConfig) -> list[dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    train(parse_args(argv))
+    """Entry point: a bad manifest, shard or label is one line naming it (exit status 1).
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    config = parse_args(argv)
+    try:
+        for name in ("shards", "val_shards"):
+            read_shards(config, name)  # before any process group or model: fail fast
+        train(config)
+    except (BadSampleError, FileNotFoundError, ValueError) as error:
+        return fail(str(error), prog="common.shards.train")
     return 0
 
 

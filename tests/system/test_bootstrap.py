@@ -25,7 +25,7 @@ from course.bootstrap import (
     repository,
 )
 from course.notebooks import build, main
-from course.translate import build_notebook, load_po, problems_of
+from course.translate import build_notebook, load_po, po_path, problems_of, update_po
 
 REPO = Path(__file__).resolve().parents[2]
 CHAPTER = "01_pytorch_basics"
@@ -94,9 +94,24 @@ def checkout(tmp_path):
             shutil.copy2(REPO / folder / (stem + suffix), tmp_path / folder / (stem + suffix))
         shutil.copy2(REPO / "chapters" / "zh" / "po" / f"{stem}.po",
                      tmp_path / "chapters" / "zh" / "po" / f"{stem}.po")
+    _strip_standard_cells(tmp_path / "chapters")
     # The twin is the newer file, as after an author's edit: bootstrap reads the newer twin.
     (tmp_path / "chapters" / f"{CHAPTER}.py").touch()
     return tmp_path
+
+
+def _strip_standard_cells(chapters: Path) -> None:
+    """The copied chapter as it was before it had a badge and a bootstrap cell (po included)."""
+    ours = (badge_source(repository(REPO), f"{CHAPTER}.ipynb"), bootstrap_source(repository(REPO)))
+    path = chapters / f"{CHAPTER}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells = [c for c in nb.cells if c.source not in ours]
+    nbformat.write(nb, path)
+    path.with_suffix(".py").write_text(jupytext.writes(nb, fmt="py:percent"))
+    po = update_po(f"{CHAPTER}.ipynb", nb, load_po(f"{CHAPTER}.ipynb", chapters))
+    for entry in [e for e in po if e.obsolete]:
+        po.remove(entry)
+    po.save(str(po_path(f"{CHAPTER}.ipynb", chapters)))
 
 
 def _files(root: Path) -> dict[str, bytes]:

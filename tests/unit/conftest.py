@@ -13,7 +13,14 @@ import os
 import pty
 import subprocess
 
+import jupytext  # noqa: F401 - see below
+import matplotlib.font_manager  # noqa: F401
 import pytest
+import torch  # noqa: F401
+
+# Imported before the guard, once per process: torch's first import runs `ldconfig` (through
+# ctypes.util.find_library), matplotlib's first font lookup may run `fc-list` and jupytext's import
+# asks `pandoc` for its version. Those are libraries starting processes on their own, not the tests.
 
 
 class ProcessStarted(RuntimeError):

@@ -70,7 +70,7 @@ def _run(module: str, argv: list[str], capsys) -> tuple[int, str]:
 DDP, FSDP, SHARDS = "common.ddp.train", "common.fsdp.train", "common.shards.train"
 TRAINER_CASES = [  # (argv after --tiny, the flag stderr must name)
     (["--lr", "nan"], "--lr"), (["--lr", "inf"], "--lr"), (["--lr", "-1"], "--lr"),
-    (["--momentum", "nan"], "--momentum"), (["--weight-decay", "inf"], "--weight-decay"),
+    (["--momentum", "nan"], "--momentum"), (["--momentum", "1e9"], "--momentum"), (["--weight-decay", "inf"], "--weight-decay"),
     (["--image-size", "4"], "--image-size"), (["--step-delay", "inf"], "--step-delay"),
     (["--threads", "-1"], "--threads"), (["--num-workers", "-1"], "--num-workers"),
     (["--data", "{file}"], "--data"), (["--data", "{missing}"], "--data"),
@@ -100,6 +100,7 @@ CASES = [  # (module, argv, exit status, what stderr must name)
         (["--max-images", "-1"], "--max-images"), (["--min-seconds", "-1"], "--min-seconds"),
         (["--min-seconds", "nan"], "--min-seconds"), (["--crop-size", "0"], "--crop-size"),
         (["--threads", "-1"], "--threads"), (["--threads", "0"], "--threads"),
+        (["--resize-size", "8", "--crop-size", "16"], "--crop-size"),
         (["--num-workers", "0", "-1"], "--num-workers"),
         (["--formulations", "bogus"], "--formulations"), (["--out", "{file}"], "--out"),
         (["--data-root", "{file}"], "--data-root"), (["--data-root", "{missing}"], "--data-root"),
@@ -143,6 +144,7 @@ CASES = [  # (module, argv, exit status, what stderr must name)
     ("course.translate", ["status", "--chapters", "{dir}"], 2, "--chapters"),
     ("course.translate", ["status", "--notebooks", "99_nothing.ipynb"], 2, "--notebooks"),
     ("course.translate", ["check", "--notebooks", "99_nothing.ipynb"], 2, "--notebooks"),
+    ("course.translate", ["extract", "--notebooks", "../README.md"], 2, "--notebooks"),
     ("course.assignments", ["list", "--sources", "{missing}"], 2, "--sources"),
     ("course.assignments", ["list", "--sources", "{file}"], 2, "--sources"),
     ("course.assignments", ["build", "--out", "{file}"], 2, "--out"),
@@ -181,6 +183,17 @@ def test_the_site_staging_folder_is_stamped_and_reused(tmp_path):
     (tmp_path / "other" / "x").write_text("")
     with pytest.raises(FileExistsError, match="not written by course.site"):
         _prepare_work(tmp_path / "other")
+
+
+@pytest.mark.parametrize("module", [DDP, FSDP])
+def test_a_cache_root_that_is_a_file_is_one_line(module, tiny_data, tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(tiny_data.root, tmp_path / "shapes")
+    (tmp_path / "cache").write_text("a file where the cache folder goes\n")
+    code, err = _run(module, ["--tiny", "--no-augment", "--data-pipeline", "cache", "--data",
+                              str(tmp_path / "shapes")], capsys)
+    assert code == 2 and "is a file, not a folder" in err and "Traceback" not in err
 
 
 def test_make_shards_prefix_writes_nothing_outside_out(places, capsys, tmp_path):

@@ -10,6 +10,7 @@ import torch
 
 from common.ddp.bench import (
     THREADS_PER_PROCESS,
+    WIDTH,
     Setup,
     measure,
     setups,
@@ -42,6 +43,7 @@ def test_every_run_gets_the_same_threads_and_flags_but_batch_and_workers(tmp_pat
     for argv in argvs:
         assert argv[argv.index("--threads") + 1] == str(THREADS_PER_PROCESS)
         assert "--no-augment" in argv and argv[argv.index("--data-pipeline") + 1] == "cache"
+        assert argv[argv.index("--width") + 1] == str(WIDTH) == "32", "the same, wide model"
 
     def without(argv: list[str], *flags: str) -> list[str]:
         return [a for i, a in enumerate(argv) if a not in flags and argv[i - 1] not in flags]

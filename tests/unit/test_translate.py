@@ -13,7 +13,7 @@ import pytest
 from course import translate
 from course.assignments import exercises_of
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHAPTERS = REPO / "chapters"
 REQUIRED = translate.required(CHAPTERS)
 ZH = CHAPTERS / "zh"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import runpy
-import subprocess
 import sys
 import warnings
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ import pytest
 
 from common.cli import non_negative, option, parse_config, positive
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -105,11 +104,3 @@ def _help_in_process(entry: list[str], monkeypatch, capsys) -> str:
 def test_every_entry_point_has_help(entry, monkeypatch, capsys):
     out = _help_in_process(entry, monkeypatch, capsys)
     assert out.startswith("usage:") and "-h, --help" in out
-
-
-def test_an_entry_point_helps_as_a_real_command_without_warnings():
-    done = subprocess.run([sys.executable, "-m", "common.ddp.train", "--help"], capture_output=True,
-                          text=True, cwd=REPO, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("usage:") and "--data-pipeline" in done.stdout
-    assert "Warning" not in done.stderr

@@ -19,7 +19,7 @@ from PIL import Image
 from course.site import MARKER, build_site, freeze_widgets, main, parse_first_cell, rewrite_links
 from tests.browser import Browser, find_chromium
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIRST = "# Chapter 1 — First steps\n**Guide sections:** §2.1.1 数据管道定义 · §1.1 深度学习的基本概念\n"
 PAGES = ["index.html", "chapters/01_first.html", "chapters/02_second.html",
          "chapters/exercises/01_ex.html", "GLOSSARY.html", "TROUBLESHOOTING.html"]
