@@ -41,6 +41,7 @@ from course.site_pages import (
     freeze_widgets,
     index_page,
     info_box,
+    local_only,
     parse_first_cell,
     rewrite_links,
 )
@@ -93,7 +94,7 @@ def stage_edition(root: Path, edition: Edition, chapters: list[Chapter], src: Pa
         freeze_widgets(nb)
         for cell in nb.cells:
             if cell.cell_type == "markdown":
-                cell.source = links(cell.source, chapter.source, chapter.staged)
+                cell.source = links(local_only(cell.source), chapter.source, chapter.staged)
         twin = Path(chapter.source).with_suffix(".py")
         if not (root / twin).is_file():  # the zh edition may have no twins: the code is the same
             twin = Path(chapter.twin_fallback) if chapter.twin_fallback else None

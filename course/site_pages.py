@@ -187,6 +187,20 @@ def freeze_widgets(nb: nbformat.NotebookNode) -> None:
                 output["data"]["text/plain"] = _text_of(view["model_id"], state)
 
 
+_REMOTE_IMAGE_LINK = re.compile(r"\[!\[([^\]]*)\]\((https?://[^)\s]+)\)\]\(([^)\s]+)\)")
+
+
+def local_only(text: str) -> str:
+    """A linked image from another host (the Colab and Kaggle badges) as a plain text link.
+
+    On a code host the badges are images; the site loads nothing from another host, so there
+    the same link shows its alt text.
+
+    Introduced in README.md (`make html`).
+    """
+    return _REMOTE_IMAGE_LINK.sub(lambda m: f"[{m.group(1)}]({m.group(3)})", text)
+
+
 def _href(from_page: str, to_page: str) -> str:
     return posixpath.relpath(to_page, posixpath.dirname(from_page) or ".")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-GUARD = Path(__file__).resolve().parents[2] / "netguard"
+GUARD = Path(__file__).resolve().parents[1] / "netguard"
 
 PROBE = """
 import socket
@@ -25,6 +25,8 @@ else:
 
 
 def _probe(host: str, tmp_path: Path) -> tuple[str, str]:
+    # Without the guard the probe would really connect: make sure it is there before trying.
+    assert (GUARD / "sitecustomize.py").is_file(), f"no network guard at {GUARD}"
     log = tmp_path / "net.log"
     env = {**os.environ, "PYTHONPATH": str(GUARD), "COMPANION_NETGUARD_LOG": str(log)}
     out = subprocess.run([sys.executable, "-c", PROBE.format(host=host)], env=env,
