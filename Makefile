@@ -57,7 +57,7 @@ test: data ## Run every check: ruff, unit tests, notebook hygiene, every noteboo
 	$(NETGUARD) $(BIN)/python -m pytest tests $(NOTEBOOKS) --nbval-lax --nbval-current-env \
 		--nbval-cell-timeout=180 --timeout=300 -p no:cacheprovider -q $(PYTEST_PARALLEL)
 
-check: data ## The edit loop (about 40 s): ruff, the unit tier (tests/unit: no test starts a process), notebook hygiene
+check: data ## The edit loop (about 25 s): ruff, the unit tier (tests/unit: no test starts a process), notebook hygiene
 	$(BIN)/ruff check .
 	$(NETGUARD) $(BIN)/python -m pytest tests/unit -q --timeout=120 -p no:cacheprovider $(PYTEST_PARALLEL)
 
