@@ -344,6 +344,16 @@ def file_name_part(config: Any, *names: str) -> dict[str, str]:
     return bad
 
 
+def one_line(message: str) -> str:
+    """An error's message without the worker traceback a DataLoader puts into what it re-raises.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    if "Traceback (most recent call last)" in message:
+        return message.strip().splitlines()[-1]
+    return message
+
+
 def fail(message: str, *, prog: str = "") -> int:
     """Print ``prog: error: message`` on one line to stderr; the exit status 1 of a ``main``.
 
@@ -354,7 +364,6 @@ def fail(message: str, *, prog: str = "") -> int:
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
     name = prog or Path(sys.argv[0]).name
-    if "Traceback (most recent call last)" in message:  # re-raised from a DataLoader worker
-        message = message.strip().splitlines()[-1]
+    message = one_line(message)  # a DataLoader worker's traceback, re-raised, is cut to its last line
     print(f"{name}: error: {message}", file=sys.stderr, flush=True)
     return 1

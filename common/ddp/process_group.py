@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from common.cli import one_line
 from common.device import device_plan_from_env
 
 
@@ -144,7 +145,7 @@ def run_in_process_group(train: Callable[[Any, DistInfo], Any], config: Any, *,
     try:
         train(config, info)
     except errors as error:
-        print(f"rank {info.rank}: error: {error}", file=sys.stderr, flush=True)
+        print(f"rank {info.rank}: error: {one_line(str(error))}", file=sys.stderr, flush=True)
         return 2
     finally:
         cleanup_distributed()

@@ -8,11 +8,13 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
+from common.cli import one_line
 from common.ddp.launch import free_port, launch_env, torchrun_command
 from common.ddp.process_group import (
     all_reduce_sum,
     gather_objects,
     is_main_process,
+    run_in_process_group,
     setup_distributed,
 )
 from common.ddp.samplers import ResumableDistributedSampler, ShardSampler
@@ -81,3 +83,18 @@ def test_torchrun_command_forms():
         torchrun_command("common.x", nnodes=2)
     env = launch_env(threads=1)
     assert env["OMP_NUM_THREADS"] == "1" and env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+
+
+def test_an_expected_error_is_one_line_even_when_a_worker_raised_it(monkeypatch, capsys):
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    reraised = ("Caught ValueError in DataLoader worker process 0.\nOriginal Traceback (most recent "
+                "call last):\n  File \"x.py\", line 1, in <module>\nValueError: labels.csv row 7: "
+                "label 9 is out of range")
+
+    def train(config, info):
+        raise ValueError(reraised)
+
+    assert run_in_process_group(train, None, errors=(ValueError,)) == 2
+    assert capsys.readouterr().err == "rank 0: error: ValueError: labels.csv row 7: label 9 is out of range\n"
+    assert one_line("plain message") == "plain message"
