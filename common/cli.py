@@ -213,6 +213,17 @@ def _first_existing(path: Path) -> Path:
     return folder
 
 
+def _path_problems(config: Any, names: tuple[str, ...],
+                   problem: Callable[[Path, str], str]) -> dict[str, str]:
+    """``{name: problem(path, value)}`` for each given path value (``""``/``None`` pass)."""
+    problems = {}
+    for name in names:
+        for value in _values(getattr(config, name)):
+            if value not in ("", None) and (found := problem(Path(value), value)):
+                problems[name] = found
+    return problems
+
+
 def is_file(config: Any, *names: str) -> dict[str, str]:
     """``{name: "... does not exist" / "... is a folder, not a file"}`` for input files.
 
@@ -220,17 +231,9 @@ def is_file(config: Any, *names: str) -> dict[str, str]:
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
-    problems = {}
-    for name in names:
-        for value in _values(getattr(config, name)):
-            if value in ("", None):
-                continue
-            path = Path(value)
-            if not path.exists():
-                problems[name] = f"{value} does not exist"
-            elif not path.is_file():
-                problems[name] = f"{value} is a folder, not a file"
-    return problems
+    return _path_problems(config, names, lambda path, value: (
+        f"{value} does not exist" if not path.exists()
+        else f"{value} is a folder, not a file" if not path.is_file() else ""))
 
 
 def is_dir(config: Any, *names: str) -> dict[str, str]:
@@ -240,17 +243,9 @@ def is_dir(config: Any, *names: str) -> dict[str, str]:
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
-    problems = {}
-    for name in names:
-        for value in _values(getattr(config, name)):
-            if value in ("", None):
-                continue
-            path = Path(value)
-            if not path.exists():
-                problems[name] = f"{value} does not exist"
-            elif not path.is_dir():
-                problems[name] = f"{value} is a file, not a folder"
-    return problems
+    return _path_problems(config, names, lambda path, value: (
+        f"{value} does not exist" if not path.exists()
+        else f"{value} is a file, not a folder" if not path.is_dir() else ""))
 
 
 def holds(config: Any, name: str, member: str, *, hint: str = "") -> dict[str, str]:
@@ -271,17 +266,10 @@ def is_dir_or_absent(config: Any, *names: str) -> dict[str, str]:
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
-    problems = {}
-    for name in names:
-        for value in _values(getattr(config, name)):
-            if value in ("", None):
-                continue
-            path = Path(value)
-            if path.exists() and not path.is_dir():
-                problems[name] = f"{value} is a file, not a folder"
-            elif not path.exists() and not _first_existing(path).is_dir():
-                problems[name] = f"cannot create {value}: {_first_existing(path)} is not a folder"
-    return problems
+    return _path_problems(config, names, lambda path, value: (
+        f"{value} is a file, not a folder" if path.exists() and not path.is_dir()
+        else f"cannot create {value}: {_first_existing(path)} is not a folder"
+        if not path.exists() and not _first_existing(path).is_dir() else ""))
 
 
 def writable_file(path: str | Path | None) -> str:
