@@ -7,6 +7,11 @@ effects: nothing is seeded, printed, downloaded or configured.
 The names below are imported on first use (PEP 562), not when ``common`` is: a process that
 needs one topic (a DDP worker, a grading judge) does not pay for torchvision, pandas and
 matplotlib it never uses. ``from common import SmallCNN`` imports ``common.models`` only.
+
+The facade lists the core's names only (chapters 1-2), each defined in the module it names;
+a chapter package's names come from that package (``from common.shards import
+ShardedImageDataset``). ``tests/unit/test_layout.py`` checks both (ARCHITECTURE.md, "The facade
+rule").
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from common.lazy import lazy_names
 #: Where each name of ``from common import ...`` lives.
 _WHERE = {
     "AddGaussianNoise": "common.transforms",
-    "BadSampleError": "common.data",
+    "BadSampleError": "common.annotations",
     "balanced_sampler": "common.loaders",
     "channel_stats": "common.stats",
     "ChannelStats": "common.stats",
@@ -33,12 +38,13 @@ _WHERE = {
     "fit": "common.training",
     "get_device": "common.device",
     "History": "common.training",
+    "is_quick_run": "common.quick",
     "IMAGENET_MEAN": "common.imagenet",
     "IMAGENET_STD": "common.imagenet",
     "list_collate": "common.loaders",
     "load_rgb": "common.data",
     "PadCollate": "common.loaders",
-    "parse_label": "common.data",
+    "parse_label": "common.annotations",
     "plot_channel_histograms": "common.plotting",
     "plot_class_counts": "common.plotting",
     "plot_history": "common.plotting",
@@ -47,7 +53,7 @@ _WHERE = {
     "seed_everything": "common.device",
     "seed_worker": "common.loaders",
     "ShapesData": "common.synthetic",
-    "ShardedImageDataset": "common.shards",
+    "sized": "common.quick",
     "show_images": "common.plotting",
     "SlowStorage": "common.storage",
     "SmallCNN": "common.models",

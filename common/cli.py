@@ -9,7 +9,7 @@ benchmark) fills in its values only where no flag was given: **flags given alway
         lr: float = option(3e-3, "peak learning rate")
         tiny: bool = option(False, "a configuration small enough for tests")
 
-    config = parse_config(Config, argv, description="...", presets={"tiny": {"lr": 0.05}})
+    config = parse_dataclass_args(Config, argv, description="...", presets={"tiny": {"lr": 0.05}})
 
 Every ``main`` returns an exit code and modules end with ``raise SystemExit(main())``.
 
@@ -114,10 +114,11 @@ def _coerce(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
             for key, value in values.items()}
 
 
-def parse_config(config_cls: type[T], argv: Sequence[str] | None = None, *, description: str,
-                 presets: Mapping[str, Mapping[str, Any]] | None = None,
-                 validate: Callable[[T], Mapping[str, str]] | None = None,
-                 epilog: str | None = None) -> T:
+def parse_dataclass_args(config_cls: type[T], argv: Sequence[str] | None = None, *,
+                         description: str,
+                         presets: Mapping[str, Mapping[str, Any]] | None = None,
+                         validate: Callable[[T], Mapping[str, str]] | None = None,
+                         epilog: str | None = None) -> T:
     """Parse ``argv`` into ``config_cls``: defaults, then a preset's values, then the flags given.
 
     Args:

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from packaging.version import InvalidVersion, Version
 
-from common.cli import parse_config
+from common.cli import parse_dataclass_args
 from common.paths import default_data_root, display_path, find_repo_root
 from common.synthetic import SyntheticConfig, verify
 
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
 
     Introduced in chapters/01_pytorch_basics.ipynb.
     """
-    parse_config(DoctorConfig, argv, description=__doc__.splitlines()[0])
+    parse_dataclass_args(DoctorConfig, argv, description=__doc__.splitlines()[0])
     checks = diagnose()
     print(report(checks))
     return 1 if any(c.status == "problem" for c in checks) else 0

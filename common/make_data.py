@@ -23,7 +23,7 @@ from common.cli import (
     is_dir_or_absent,
     non_negative,
     option,
-    parse_config,
+    parse_dataclass_args,
     positive,
 )
 from common.paths import default_data_root
@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
 
     Introduced in chapters/01_pytorch_basics.ipynb.
     """
-    args = parse_config(MakeDataConfig, argv, description=__doc__.splitlines()[0],
-                        validate=check_config)
+    args = parse_dataclass_args(MakeDataConfig, argv, description=__doc__.splitlines()[0],
+                                validate=check_config)
     config = SyntheticConfig(**{f.name: asdict(args)[f.name] for f in fields(SyntheticConfig)})
     root = args.root or default_data_root() / "shapes"
     start = time.perf_counter()

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.cli import is_dir, is_dir_or_absent, option, parse_config
+from common.cli import is_dir, is_dir_or_absent, option, parse_dataclass_args
 from common.paths import chapters_dir
 from course.checks import answered, checks
 
@@ -242,8 +242,8 @@ def check_config(config: AssignmentsConfig) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_config(AssignmentsConfig, argv, description=__doc__.splitlines()[0],
-                        validate=check_config)
+    args = parse_dataclass_args(AssignmentsConfig, argv, description=__doc__.splitlines()[0],
+                                validate=check_config)
     args.sources = args.sources or exercises_dir()
     sources = instructor_sources(args.sources)
     if not sources:

@@ -21,7 +21,7 @@ import jupytext
 import nbformat
 from nbclient import NotebookClient
 
-from common.cli import option, parse_config, positive
+from common.cli import option, parse_dataclass_args, positive
 from course import bootstrap as standard_cells
 
 FORMATS = "ipynb,py:percent"
@@ -180,8 +180,8 @@ def check_config(config: NotebooksConfig) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_config(NotebooksConfig, argv, description=__doc__.splitlines()[0],
-                        validate=check_config)
+    args = parse_dataclass_args(NotebooksConfig, argv, description=__doc__.splitlines()[0],
+                                validate=check_config)
     failures = []
     for path in args.paths:
         if args.command == "build":

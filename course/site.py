@@ -10,7 +10,8 @@ links and download buttons. This module only *stages* the sources of each editio
   widgets frozen to their final text (the widget renderer would come from a CDN), an info box
   under the title (guide sections, download links for the notebook and its jupytext twin) and its
   relative links pointed at the staged pages or at copies of the repository files they name;
-- the index (the chapter map both ways), the glossary and the troubleshooting pages.
+- the index (the chapter map both ways), the glossary, the troubleshooting guide and the pages of
+  ``docs/`` (``Edition.guides``: running, command lines, figures, instructors).
 
 The English edition is ``chapters/`` and goes to ``OUT/``; the Chinese edition is ``chapters/zh/``
 and goes to ``OUT/zh/``, built as soon as ``chapters/zh/`` holds notebooks. Both editions use the
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import nbformat
 
-from common.cli import fail, is_dir, is_dir_or_absent, option, parse_config
+from common.cli import fail, is_dir, is_dir_or_absent, option, parse_dataclass_args
 from common.paths import repo_root
 from course.site_pages import (
     EDITIONS,
@@ -57,7 +58,7 @@ def _docs(root: Path, edition: Edition) -> dict[str, str]:
     """Repo path of each reference page of an edition -> its staged path."""
     docs = {}
     for staged, candidates in (("GLOSSARY.md", edition.glossary),
-                               ("TROUBLESHOOTING.md", edition.troubleshooting)):
+                               ("TROUBLESHOOTING.md", edition.troubleshooting), *edition.guides):
         found = next((c for c in candidates if (root / c).is_file()), None)
         if found:
             docs[found] = staged
@@ -190,7 +191,8 @@ def build_site(root: Path, out: Path, *, with_exercises: bool = True,
         src = work / edition.name
         counterpart = ({c.source: c.staged for c in other[1]} if other else {})
         warnings += stage_edition(root, edition, chapters, src, counterpart=counterpart)
-        other_pages = (["index", "search", "genindex", "GLOSSARY", "TROUBLESHOOTING"]
+        other_pages = (["index", "search", "genindex"]
+                       + [d.removesuffix(".md") for d in _docs(root, other[0]).values()]
                        + [c.staged.removesuffix(".ipynb") for c in other[1]]) if other else []
         words = sorted(set(re.findall(r"[\u4e00-\u9fff]{2,}", "".join(
             (root / d).read_text(encoding="utf-8") for d in _docs(root, edition)))))
@@ -236,8 +238,8 @@ def check_config(config: SiteConfig) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_config(SiteConfig, argv, description=__doc__.splitlines()[0],
-                        validate=check_config)
+    args = parse_dataclass_args(SiteConfig, argv, description=__doc__.splitlines()[0],
+                                validate=check_config)
     start = time.perf_counter()
     try:
         chapters, warnings = build_site(args.root or repo_root(), args.out,

@@ -41,7 +41,15 @@ class Edition:
     glossary: tuple[str, ...]  # candidate repo paths, first existing wins
     troubleshooting: tuple[str, ...]
     labels: dict[str, str] = field(default_factory=dict)
+    # The pages of docs/: (staged name, candidate repo paths, first existing wins).
+    guides: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
+
+#: The pages of docs/ in the English edition; the Chinese one uses a zh-CN twin where one exists.
+GUIDES = ("running.md", "scripts.md", "figures.md", "instructors.md")
+_EN_GUIDES = tuple((name, (f"docs/{name}",)) for name in GUIDES)
+_ZH_GUIDES = tuple((name, (f"docs/{name.removesuffix('.md')}.zh-CN.md", f"docs/{name}"))
+                   for name in GUIDES)
 
 EDITIONS = {
     "en": Edition("en", "en", "chapters", "", ("GLOSSARY.md",), ("TROUBLESHOOTING.md",), {
@@ -56,7 +64,10 @@ EDITIONS = {
         "reference": "Reference", "notebook": "Notebook", "title": "Title",
         "sections": "Guide sections", "download": "Download", "chapters": "Chapters",
         "colon": ":",
-        "GLOSSARY.md": "Glossary / 术语表", "TROUBLESHOOTING.md": "Troubleshooting"}),
+        "GLOSSARY.md": "Glossary / 术语表", "TROUBLESHOOTING.md": "Troubleshooting",
+        "running.md": "Running anywhere: CPU only, GPUs, a Mac, Colab, conda",
+        "scripts.md": "The chapters' command lines", "figures.md": "Figures",
+        "instructors.md": "For instructors: assignments and grading"}, guides=_EN_GUIDES),
     "zh": Edition("zh", "zh_CN", "chapters/zh", "zh", ("GLOSSARY.md",),
                   ("TROUBLESHOOTING.zh-CN.md", "TROUBLESHOOTING.md"), {
         "language": "中文", "site_title": "PyTorch 数据管道与分布式训练",
@@ -67,7 +78,9 @@ EDITIONS = {
         "exercises_note": "教师版，含参考答案（`make assignments` 生成学生版）。",
         "reference": "参考", "notebook": "notebook", "title": "标题", "sections": "对应指南章节",
         "download": "下载", "chapters": "章节", "colon": "：",
-        "GLOSSARY.md": "术语表 / Glossary", "TROUBLESHOOTING.md": "故障排查"}),
+        "GLOSSARY.md": "术语表 / Glossary", "TROUBLESHOOTING.md": "故障排查",
+        "running.md": "在各种环境中运行（英文）", "scripts.md": "各章的命令行工具（英文）",
+        "figures.md": "测量数据（英文）", "instructors.md": "给教师：布置与评分"}, guides=_ZH_GUIDES),
 }
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 import polib
 
-from common.cli import is_dir, option, parse_config
+from common.cli import is_dir, option, parse_dataclass_args
 from common.paths import chapters_dir
 
 LANGUAGE = "zh-CN"
@@ -238,8 +238,8 @@ def check_config(config: TranslateConfig) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_config(TranslateConfig, argv, description=__doc__.splitlines()[0],
-                        validate=check_config)
+    args = parse_dataclass_args(TranslateConfig, argv, description=__doc__.splitlines()[0],
+                                validate=check_config)
     chapters = args.chapters or chapters_dir()
     if args.command == "status":
         print("\n".join(status_lines(chapters, args.notebooks)))

@@ -20,9 +20,10 @@ and none times a validation pass. Runs alternate (A, B, C, D, A, B, ...) so a ch
 machine's load hits all alike. On a GPU machine run it with ``--ranks 1``.
 
 ``--in-process`` runs the single-rank setups in this process instead of under ``torchrun``:
-``common.ddp.train.main`` in a gloo group of one, with the environment torchrun would give it
-(``world_of_one``) and the same thread count — the same program, without the launcher's
-start-up, which is how the notebook affords repeats. The process's threads are restored.
+``common.ddp.trainer.run_training`` (what ``common.ddp.train`` runs) in a gloo group of one,
+with the environment torchrun would give it (``world_of_one``) and the same thread count —
+the same program, without the launcher's start-up, which is how the notebook affords
+repeats. The process's threads are restored.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ from unittest.mock import patch
 import pandas as pd
 import torch
 
-from common.cli import holds, option, parse_config, positive
+from common.cli import holds, option, parse_dataclass_args, positive
+from common.ddp.config import parse_config
 from common.ddp.launch import free_port, run_command, torchrun_command
-from common.ddp.train import main as train_main
-from common.fast.benchmark import MAKE_DATA
-from common.synthetic import ShapesData, ensure_data
+from common.ddp.trainer import run_training
+from common.synthetic import MAKE_DATA, ShapesData, ensure_data
 
 #: Torch threads (and OMP_NUM_THREADS) of every process of every run, the single rank included.
 THREADS_PER_PROCESS = 1
@@ -127,18 +128,18 @@ def world_of_one() -> dict[str, str]:
 
 
 def _train_here(args: list[str]) -> None:
-    """``common.ddp.train.main`` in this process, as torchrun's single worker would run it.
+    """The trainer in this process, as torchrun's single worker of ``common.ddp.train`` runs it.
 
     With ``world_of_one`` in the environment it joins a gloo group of one and trains the
     DDP-wrapped model: each step does what a rank of a multi-rank run does, all-reduce
     included (over one rank), so only the number of processes differs. The group is
-    destroyed when ``main`` returns, the environment and thread count are restored. Like any
+    destroyed when the run returns, the environment and thread count are restored. Like any
     run it seeds this process's generators (``--seed``); the caller reseeds if it cares.
     """
     threads, said = torch.get_num_threads(), io.StringIO()
     try:  # what the run prints (its log lines, rank 0's device note) is kept for an error only
         with patch.dict(os.environ, world_of_one()), redirect_stdout(said), redirect_stderr(said):
-            status = train_main(args)
+            status = run_training(parse_config(args))
     finally:
         torch.set_num_threads(threads)
     if status != 0:
@@ -233,10 +234,11 @@ def main(argv: list[str] | None = None) -> int:
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
-    args = parse_config(DDPBenchConfig, argv, description=__doc__.splitlines()[0],
-                        validate=lambda c: {
-                            **positive(c, "ranks", "repeats", "steps", "per_rank_batch", "width"),
-                            **holds(c, "data", "train/labels.csv", hint=MAKE_DATA)})
+    args = parse_dataclass_args(DDPBenchConfig, argv, description=__doc__.splitlines()[0],
+                                validate=lambda c: {
+                                    **positive(c, "ranks", "repeats", "steps", "per_rank_batch",
+                                               "width"),
+                                    **holds(c, "data", "train/labels.csv", hint=MAKE_DATA)})
     data = ShapesData(Path(args.data)) if args.data else ensure_data(verbose=False)
     num_train = len(pd.read_csv(data.labels_csv("train")))
     runs = setups(args.per_rank_batch, args.ranks)

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from common.cli import parse_config
+from common.cli import parse_dataclass_args
 from common.ddp.process_group import (
     DistInfo,
     cleanup_distributed,
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
-    parse_config(DemoConfig, argv, description=__doc__.splitlines()[0])
+    parse_dataclass_args(DemoConfig, argv, description=__doc__.splitlines()[0])
     info = setup_distributed()
     try:
         demo_identity(info)

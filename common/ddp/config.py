@@ -14,10 +14,10 @@ from common.cli import (
     is_file_or_absent,
     non_negative,
     option,
+    parse_dataclass_args,
     positive,
     writable_file,
 )
-from common.cli import parse_config as parse_dataclass
 
 
 @dataclass
@@ -141,6 +141,6 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
-    return parse_dataclass(TrainConfig, argv, description="Train SmallCNN with DDP "
-                           "(python -m common.ddp.train)", presets={"tiny": TINY},
-                           validate=check_config)
+    return parse_dataclass_args(TrainConfig, argv, description="Train SmallCNN with DDP "
+                                "(python -m common.ddp.train)", presets={"tiny": TINY},
+                                validate=check_config)

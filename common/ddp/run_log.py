@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.ddp.process_group import DistInfo, is_main_process
-from common.ddp.snapshot import atomic_save
 
 
 class RunLog:
@@ -60,16 +59,15 @@ class Timing:
                 "timed_steps": step - self.start_step}
 
 
-def finish_run(log: RunLog, timing: Timing, *, weights: dict | None, save_final: str, step: int,
-               first_step: int, world_size: int, batch_size: int, **extra) -> None:
-    """The end of every training run: rank 0 saves ``weights`` (atomically), then logs ``done``.
+def finish_run(log: RunLog, timing: Timing, *, step: int, first_step: int, world_size: int,
+               batch_size: int, **extra) -> None:
+    """The last record of every training run: rank 0 logs ``done``.
 
     ``done`` holds the step reached, the steps of this attempt, the world size, the timing
-    summary (samples/s, data-wait fraction) and whatever ``extra`` the trainer adds.
+    summary (samples/s, data-wait fraction) and whatever ``extra`` the trainer adds. The
+    trainer saves the final weights first (``common.ddp.trainer.save_final_weights``).
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
-    if save_final and weights is not None and is_main_process():
-        atomic_save(weights, save_final)
     log.write("done", step=step, steps_this_attempt=step - first_step, world_size=world_size,
               **extra, **timing.summary(step, batch_size))

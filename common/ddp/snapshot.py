@@ -145,13 +145,16 @@ def _feed(digest, obj: object) -> None:
 
 def save_snapshot(path: str | os.PathLike, *, model: nn.Module,
                   optimizer: torch.optim.Optimizer,
-                  scheduler: torch.optim.lr_scheduler.LRScheduler,
-                  position: Position, settings: Mapping[str, object] | None = None) -> Path | None:
+                  scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+                  position: Position, settings: Mapping[str, object] | None = None,
+                  identity: Mapping[str, str] | None = None) -> Path | None:
     """Write a snapshot; call it on every rank (it gathers each rank's RNG state).
 
     Args:
         settings: What defines the run (plain values, e.g. ``asdict(config)``), stored so
             that a resume with other settings can be refused (``load_snapshot(settings=)``).
+        identity: What the run's data is, ``{file: sha256}`` (e.g. each shard of a
+            manifest), stored so that a resume on other data can be refused (``check_resume``).
 
     Returns:
         The path on rank 0; ``None`` on the other ranks, which write nothing.
@@ -163,10 +166,11 @@ def save_snapshot(path: str | os.PathLike, *, model: nn.Module,
         return None
     snapshot = {"format": FORMAT, "model": unwrap(model).state_dict(),
                 "optimizer": optimizer.state_dict(), "optimizer_class": type(optimizer).__name__,
-                "scheduler": scheduler.state_dict(), "scheduler_class": type(scheduler).__name__,
+                "scheduler": scheduler.state_dict() if scheduler is not None else {},
+                "scheduler_class": type(scheduler).__name__ if scheduler is not None else None,
                 "epoch": position.epoch, "step": position.step,
                 "batch_in_epoch": position.batch_in_epoch, "rng": rng,
-                "settings": dict(settings or {})}
+                "settings": dict(settings or {}), "identity": dict(identity or {})}
     snapshot["checksum"] = payload_digest(snapshot)
     return atomic_save(snapshot, path)
 
@@ -313,12 +317,14 @@ def check_rng_states(path: str | os.PathLike, states: object) -> None:
 
 
 def check_settings(path: str | os.PathLike, saved: Mapping[str, object],
-                   current: Mapping[str, object], *, may_change: Collection[str] = ()) -> None:
+                   current: Mapping[str, object], *, may_change: Collection[str] = (),
+                   what: str = "snapshot") -> None:
     """Refuse a resume whose settings differ from the snapshot's, naming every difference.
 
     Raises:
         SnapshotError: Listing ``--flag snapshot-value -> current-value`` for each setting
-            that differs and is not in ``may_change``.
+            that differs and is not in ``may_change``. ``what`` names the saved thing and
+            its flag in the message (``"checkpoint"``: ``common.fsdp.train``'s).
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
@@ -328,10 +334,46 @@ def check_settings(path: str | os.PathLike, saved: Mapping[str, object],
               if key not in may_change and saved.get(key, absent) != current.get(key, absent)]
     if differ:
         allowed = ", ".join(flag_name(key) for key in sorted(may_change)) or "nothing"
-        raise SnapshotError(f"snapshot {path} was written by a run with other settings "
-                            f"(snapshot -> now): {'; '.join(differ)}. Resume with the snapshot's "
-                            f"values, or start a new run with another --snapshot path; may "
+        raise SnapshotError(f"{what} {path} was written by a run with other settings "
+                            f"({what} -> now): {'; '.join(differ)}. Resume with the {what}'s "
+                            f"values, or start a new run with another --{what} path; may "
                             f"change on resume: {allowed}")
+
+
+def check_identity(path: str | os.PathLike, saved: Mapping[str, str],
+                   current: Mapping[str, str], *, what: str = "snapshot") -> None:
+    """Refuse a resume on other data: names every file added, missing or changed (sha256).
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    differ = [f"{name} added" if name not in saved else f"{name} missing" if name not in current
+              else f"{name} sha256 {saved[name][:12]}... -> {current[name][:12]}..."
+              for name in sorted(set(saved) | set(current)) if saved.get(name) != current.get(name)]
+    if differ:
+        raise SnapshotError(f"{what} {path} was written by a run on other data ({what} -> "
+                            f"now): {'; '.join(differ)}. Resume on the {what}'s data, or start "
+                            f"a new run with another --{what} path")
+
+
+def check_resume(path: str | os.PathLike, snapshot: dict, settings: Mapping[str, object], *,
+                 may_change: Collection[str],
+                 identity: Mapping[str, str] | None = None, what: str = "snapshot") -> bool:
+    """What every trainer checks before it resumes, nothing modified yet: the settings
+    (``check_settings``), the data (``check_identity``, if ``identity`` is given), and that the
+    saved position is not past the end of ``--num-epochs``. Returns whether ``--num-epochs``
+    changed (the run is extended or shortened: rebuild a schedule over it, and say so).
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    check_settings(path, snapshot["settings"], settings, may_change=may_change, what=what)
+    if identity is not None:
+        check_identity(path, snapshot.get("identity", {}), identity, what=what)
+    epochs = settings["num_epochs"]
+    if (snapshot["epoch"], snapshot["batch_in_epoch"]) > (epochs, 0):
+        raise SnapshotError(f"--num-epochs {epochs}: {what} {path} is already at step "
+                            f"{snapshot['step']} (epoch {snapshot['epoch']}, batch "
+                            f"{snapshot['batch_in_epoch']}), past the end of {epochs} epochs")
+    return snapshot["settings"].get("num_epochs") != epochs
 
 
 def load_snapshot(path: str | os.PathLike, *, model: nn.Module,

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.cli import is_dir_or_absent, option, parse_config
+from common.cli import is_dir_or_absent, option, parse_dataclass_args
 from common.diagrams import DIAGRAMS, LANGUAGES, render, svg_path, write_all
 
 
@@ -30,9 +30,9 @@ class DiagramsConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    config = parse_config(DiagramsConfig, argv, description=__doc__.splitlines()[0],
-                          epilog=__doc__.split("\n\n", 1)[1],
-                          validate=lambda c: is_dir_or_absent(c, "out"))
+    config = parse_dataclass_args(DiagramsConfig, argv, description=__doc__.splitlines()[0],
+                                  epilog=__doc__.split("\n\n", 1)[1],
+                                  validate=lambda c: is_dir_or_absent(c, "out"))
     names = config.only or tuple(DIAGRAMS)
     if config.png:
         for name in names:

@@ -1,10 +1,12 @@
 """Chapter 3: efficient data pipelines (uint8 decoding, batched normalization, the memmap cache).
 
 Modules: ``pipeline`` (decoders, ``Uint8EvalDataset``, ``NormalizedLoader``, ``CacheLoader``),
-``cache`` (the uint8 memmap cache), ``profiling`` (stage timing, ``DataWaitMeter``), ``memory``
-(index memory per worker, PSS of a pipeline), ``costs`` (the normalization limit, when the
-cache pays off) and ``benchmark`` (``python -m common.fast.benchmark``; not imported here: it is an
-entry point). Imports go one way: ``common.fast`` uses the core of ``common``, never the reverse.
+``cache`` (the uint8 memmap cache) and ``cache_files`` (its files, and the checks before use),
+``profiling`` (stage timing, ``DataWaitMeter``), ``memory`` (index memory per worker, PSS of a
+pipeline), ``costs`` (the normalization limit, when the cache pays off), ``timing``
+(round-robin timing of pipelines, shared with chapter 5's bench) and ``benchmark``
+(``python -m common.fast.benchmark``; not imported here: it is an entry point). Imports go
+one way: ``common.fast`` uses the core of ``common``, never the reverse.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ _WHERE = {
     "BatchNormalize": "common.fast.pipeline",
     "BatchRandomFlip": "common.fast.pipeline",
     "CacheConfig": "common.fast.cache",
-    "CacheError": "common.fast.cache",
+    "CacheError": "common.fast.cache_files",
     "CacheLoader": "common.fast.pipeline",
     "CachedImageDataset": "common.fast.cache",
     "DataWaitMeter": "common.fast.profiling",
@@ -36,7 +38,7 @@ _WHERE = {
     "open_cache": "common.fast.cache",
     "process_memory": "common.fast.memory",
     "time_stages": "common.fast.profiling",
-    "verify_cache": "common.fast.cache",
+    "verify_cache": "common.fast.cache_files",
     "worker_memory_over_epoch": "common.fast.memory",
 }
 

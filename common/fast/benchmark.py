@@ -28,18 +28,15 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader, Subset
-from tqdm.auto import tqdm
 
 from common.cli import (
     fail,
@@ -48,13 +45,13 @@ from common.cli import (
     is_dir_or_absent,
     non_negative,
     option,
-    parse_config,
+    parse_dataclass_args,
     positive,
 )
 from common.data import CustomImageDataset
 from common.fast.cache import CacheConfig, CachedImageDataset, CacheError, ensure_cache
 from common.fast.costs import GUIDE, LIMIT, cache_payoff, formulations
-from common.fast.memory import MB, pipeline_pss_mb
+from common.fast.memory import MB
 from common.fast.pipeline import (
     BatchNormalize,
     CacheLoader,
@@ -62,13 +59,11 @@ from common.fast.pipeline import (
     Uint8EvalDataset,
     make_fast_loader,
 )
-from common.synthetic import ShapesData, SyntheticConfig, ensure_data
+from common.fast.timing import QUICK_DATA, intra_op_threads, measure, summarize
+from common.synthetic import MAKE_DATA, ShapesData, SyntheticConfig, ensure_data
 from common.transforms import ClassicEvalPreset
 
-COLUMNS = ["pipeline", "num_workers", "images_per_s", "speedup_vs_guide", "peak_pss_mb"]
 LIMIT_IMAGES = 1024
-#: Tiny data for --quick: generated next to the results, in well under a second.
-QUICK_DATA = SyntheticConfig(seed=3, num_train=32, num_val=8, min_size=48, max_size=96)
 
 
 #: What ``--formulations`` may name (each is built in ``build_pipelines``).
@@ -108,14 +103,6 @@ class BenchConfig:
 
 #: What ``--quick`` changes (flags given on the command line still win).
 QUICK = {"num_images": 32, "batch_size": 8, "repeats": 2, "num_workers": (0, 1), "min_seconds": 0.02}
-
-
-@dataclass
-class Result:
-    pipeline: str
-    num_workers: int
-    repeats: list[float] = field(default_factory=list)  # images/s of each repeat
-    pss_mb: list[float] = field(default_factory=list)  # main + workers, at each repeat's end
 
 
 class MemoryBatches:
@@ -218,84 +205,6 @@ def build_pipelines(config: BenchConfig, data: ShapesData) -> tuple[dict[tuple[s
     return pipelines, cache_info
 
 
-def time_epochs(loader: Iterable, num_images: int, *, min_seconds: float,
-                max_images: int = 0) -> float:
-    """Images/s of whole epochs over ``loader``, run until ``min_seconds`` have passed.
-
-    With ``max_images`` each pass stops after that many images (a partial epoch).
-
-    Introduced in chapters/03_1_efficient_pipelines.ipynb.
-    """
-    seen, start = 0, time.perf_counter()
-    while True:
-        in_pass = 0
-        for images, _ in loader:
-            if images.dtype != torch.float32:
-                raise TypeError(f"expected normalized float32 batches, got {images.dtype}")
-            in_pass += len(images)
-            if max_images and in_pass >= max_images:
-                break
-        seen += in_pass
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds:
-            return seen / elapsed
-
-
-@contextmanager
-def intra_op_threads(count: int):
-    """torch's intra-op threads of this process set to ``count`` inside the block, restored after.
-
-    Benchmarks time the main process on one thread, as DataLoader gives each worker: with more,
-    its spinning OpenMP threads compete with the workers for the cores, unevenly across
-    pipelines, and on a shared machine with everyone.
-
-    Introduced in chapters/03_1_efficient_pipelines.ipynb.
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def measure(config: BenchConfig, pipelines: dict[tuple[str, int], Iterable],
-            num_images: int) -> list[Result]:
-    """One warm-up round, then ``config.repeats`` timed rounds over all pipelines in turn.
-
-    Introduced in chapters/03_1_efficient_pipelines.ipynb.
-    """
-    results = {key: Result(*key) for key in pipelines}
-    rounds = tqdm(range(config.repeats + 1), desc="rounds", disable=not config.progress)
-    for round_number in rounds:
-        for key, loader in pipelines.items():
-            speed = time_epochs(loader, num_images, min_seconds=config.min_seconds,
-                                max_images=config.max_images)
-            if round_number > 0:  # round 0 starts workers and warms the page cache
-                results[key].repeats.append(speed)
-                results[key].pss_mb.append(pipeline_pss_mb(loader))
-    return list(results.values())
-
-
-def summarize(results: Sequence[Result], *, baseline: str = GUIDE) -> pd.DataFrame:
-    """The table: median images/s and the speedup over ``baseline`` at ``num_workers=0``.
-
-    The speedup column keeps the name ``speedup_vs_guide`` whatever the baseline.
-
-    Introduced in chapters/03_1_efficient_pipelines.ipynb.
-    """
-    frame = pd.DataFrame([{"pipeline": r.pipeline, "num_workers": r.num_workers,
-                           "images_per_s": statistics.median(r.repeats),
-                           "peak_pss_mb": max(r.pss_mb, default=float("nan"))}
-                          for r in results])
-    guide = frame.query("pipeline == @baseline and num_workers == 0")["images_per_s"]
-    if len(guide) != 1:
-        raise ValueError(f"the results need exactly one {baseline} row with num_workers=0 "
-                         "(the guide row)")
-    frame["speedup_vs_guide"] = frame["images_per_s"] / guide.iloc[0]
-    return frame[COLUMNS]
-
-
 def verdict(table: pd.DataFrame) -> dict[str, float | str | bool]:
     """The best formulation and how it compares with the targets (10x guide, 70% of limit).
 
@@ -364,9 +273,6 @@ def run_benchmark(config: BenchConfig) -> pd.DataFrame:
     return table
 
 
-MAKE_DATA = "make one with python -m common.make_data --root DIR"  # for a --data-root without
-
-
 def check_config(config: BenchConfig) -> dict[str, str]:
     """Problems of a finished configuration, by field (empty when it is valid).
 
@@ -383,8 +289,8 @@ def check_config(config: BenchConfig) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m common.fast.benchmark``; an unusable cache is one line, not a traceback."""
-    config = parse_config(BenchConfig, argv, description=__doc__.splitlines()[0],
-                          presets={"quick": QUICK}, validate=check_config)
+    config = parse_dataclass_args(BenchConfig, argv, description=__doc__.splitlines()[0],
+                                  presets={"quick": QUICK}, validate=check_config)
     try:
         return _run(config)
     except CacheError as error:

@@ -5,24 +5,16 @@ Layout of a cache folder::
     images.u8       raw uint8 array of shape (N, 3, crop, crop), C-order (a np.memmap)
     labels.npy      int64 labels, shape (N,)
     sources.npy     int64 (N, 3): each cached image's source index, byte size and mtime (ns)
-    manifest.json   format version, config, shape, what the cache was built from, the size,
-                    mtime and sha256 of both files, the build time, and its own digest
+    manifest.json   format version, config, shape and dtype, what the cache was built from,
+                    the size, mtime and sha256 of every file, the build time, its own digest
+    .build.lock     the lock a build holds (``ensure_cache``, ``build_cache``)
 
-What is checked, and when:
-
-- **Opening** (``open_cache``, ``CachedImageDataset``, ``ensure_cache``) costs a few ``stat``
-  calls per file, never a re-hash: the manifest must parse and match its own digest (an
-  edited or cut manifest), ``images.u8``, ``labels.npy`` and ``sources.npy`` must exist with the recorded size
-  (truncated or extended) and mtime (rewritten since the build). ``ensure_cache`` also
-  compares the annotations file's sha256 (one small file) and the size and mtime of every
-  source image (one ``stat`` each) with those recorded, and rebuilds on any difference.
-- **On demand** (``verify_cache(root, full=True)``, ``ensure_cache(..., verify="full")``):
-  the sha256 of both cache files and of every source image's bytes. Only this catches a
-  change that keeps a file's size *and* mtime (media corruption, or a tool that restores
-  mtimes); run it after copying a cache between machines, or when in doubt.
+What is checked, and when: ``common.fast.cache_files`` (``verify_cache``).
 
 Files are written under temporary names and renamed into place, manifest last, so an
-interrupted build never looks complete.
+interrupted build never looks complete. A build holds ``.build.lock`` in the cache folder, so
+processes that build one cold cache at once take turns: with ``ensure_cache`` the first builds,
+the others wait and then open the finished cache.
 """
 
 from __future__ import annotations
@@ -41,18 +33,18 @@ from filelock import FileLock
 from torch.utils.data import DataLoader, Dataset
 
 from common.data import CustomImageDataset, readonly_view
+from common.fast.cache_files import (
+    CACHE_FILES,
+    CACHE_VERSION,
+    CacheError,
+    file_record,
+    manifest_digest,
+    manifest_path,
+    read_cache_manifest,
+    sha256_of,
+    verify_cache,
+)
 from common.fast.pipeline import DraftPilDecoder, keep_batch
-
-CACHE_VERSION = 2
-CACHE_FILES = ("images.u8", "labels.npy", "sources.npy")
-_CHUNK = 1 << 22
-
-
-class CacheError(RuntimeError):
-    """A cache folder that cannot be used; the message names the file and the problem.
-
-    Introduced in chapters/03_1_efficient_pipelines.ipynb.
-    """
 
 
 @dataclass(frozen=True)
@@ -64,14 +56,6 @@ class CacheConfig:
 
     resize_size: int = 256
     crop_size: int = 224
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def source_fingerprint(source: CustomImageDataset, indices: Sequence[int]) -> str:
@@ -100,19 +84,6 @@ def source_stats(source: CustomImageDataset, indices: Sequence[int]) -> np.ndarr
         info = os.stat(paths[index])
         rows[row] = (index, info.st_size, info.st_mtime_ns)
     return rows
-
-
-def _file_record(path: Path, *, sha256: bool) -> dict:
-    info = path.stat()
-    record = {"bytes": info.st_size, "mtime_ns": info.st_mtime_ns}
-    if sha256:
-        record["sha256"] = _sha256_file(path)
-    return record
-
-
-def _digest(manifest: dict) -> str:
-    body = {key: value for key, value in manifest.items() if key != "digest"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 class _DecodeForCache(Dataset):
@@ -148,63 +119,14 @@ class ImageCache:
         return len(self.labels)
 
 
-def _manifest_path(root: Path) -> Path:
-    return root / "manifest.json"
-
-
-def _read_manifest(root: Path) -> dict:
-    path = _manifest_path(root)
-    if not path.is_file():
-        raise CacheError(f"{path} is missing (the cache was never built, or its build was "
-                         "interrupted)")
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CacheError(f"{path} is not valid JSON: {error}") from error
-
-
-def verify_cache(root: str | os.PathLike, *, full: bool = False) -> list[str]:
-    """Every problem with the cache files at ``root``; an empty list means intact.
-
-    Always (a few ``stat`` calls): the manifest parses, matches its digest and has this
-    version; ``images.u8`` and ``labels.npy`` exist with the recorded size and mtime.
-    With ``full=True`` also the sha256 of both files (reads them once).
-
-    Introduced in chapters/03_1_efficient_pipelines.ipynb.
-    """
-    root = Path(root)
-    try:
-        manifest = _read_manifest(root)
-    except CacheError as error:
-        return [str(error)]
-    if manifest.get("version") != CACHE_VERSION:
-        return [f"{_manifest_path(root)}: version {manifest.get('version')!r}, expected "
-                f"{CACHE_VERSION}"]
-    if manifest.get("digest") != _digest(manifest):
-        return [f"{_manifest_path(root)} does not match its own digest (edited or damaged)"]
-    if set(manifest.get("files", {})) != set(CACHE_FILES):
-        return [f"{_manifest_path(root)} does not list {', '.join(CACHE_FILES)}"]
-    problems = []
-    for name, expected in manifest["files"].items():
-        path = root / name
-        if not path.is_file():
-            problems.append(f"{path} is missing")
-            continue
-        info = path.stat()
-        if info.st_size != expected["bytes"]:
-            problems.append(f"{path} has {info.st_size} bytes, the manifest says "
-                            f"{expected['bytes']} (truncated or overwritten)")
-        elif info.st_mtime_ns != expected["mtime_ns"]:
-            problems.append(f"{path} was modified after the cache was built (mtime differs)")
-        elif full and _sha256_file(path) != expected["sha256"]:
-            problems.append(f"{path} does not match its sha256 in the manifest (damaged)")
-    return problems
-
-
 def _memmap(root: Path, shape: Sequence[int]) -> np.ndarray:
     # Copy-on-write: pages come from the page cache and nothing ever writes to them, but the
     # array is writable, so torch.from_numpy can view it without a non-writable warning.
-    return np.memmap(root / "images.u8", dtype=np.uint8, mode="c", shape=tuple(shape))
+    try:
+        return np.memmap(root / "images.u8", dtype=np.uint8, mode="c", shape=tuple(shape))
+    except (ValueError, TypeError, OSError) as error:  # opened with check=False
+        raise CacheError(f"cache at {root}: cannot map images.u8 as {shape!r} "
+                         f"({error})") from error
 
 
 def open_cache(root: str | os.PathLike, *, check: bool = True) -> ImageCache:
@@ -224,7 +146,7 @@ def open_cache(root: str | os.PathLike, *, check: bool = True) -> ImageCache:
     problems = verify_cache(root) if check else []
     if problems:
         raise CacheError(f"cache at {root} is unusable: " + "; ".join(problems))
-    manifest = _read_manifest(root)
+    manifest = read_cache_manifest(root)
     images = _memmap(root, manifest["shape"])
     labels = np.load(root / "labels.npy")
     return ImageCache(root, images, labels, manifest)
@@ -249,14 +171,34 @@ def build_cache(source: CustomImageDataset, root: str | os.PathLike,
     The manifest records how long the build took (``build_seconds``), so the benchmark can
     say after how many epochs the cache has paid for itself.
 
+    Holds the cache's build lock (``build_lock``) while it writes.
+
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
-    started = time.perf_counter()
     root = _folder_root(root)
-    root.mkdir(parents=True, exist_ok=True)
     indices = list(range(len(source))) if indices is None else [int(i) for i in indices]
+    with build_lock(root):
+        return _write_cache(source, root, config, indices, num_workers=num_workers,
+                            batch_size=batch_size)
+
+
+def build_lock(root: Path) -> FileLock:
+    """The lock every build of the cache at ``root`` holds: ``root/.build.lock`` (created).
+
+    A second process that builds the same cold cache waits here instead of deleting and
+    renaming files under the first one's feet.
+
+    Introduced in chapters/03_1_efficient_pipelines.ipynb.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    return FileLock(root / ".build.lock")
+
+
+def _write_cache(source: CustomImageDataset, root: Path, config: CacheConfig,
+                 indices: list[int], *, num_workers: int, batch_size: int) -> ImageCache:
+    started = time.perf_counter()
     shape = (len(indices), 3, config.crop_size, config.crop_size)
-    _manifest_path(root).unlink(missing_ok=True)  # incomplete until the manifest is back
+    manifest_path(root).unlink(missing_ok=True)  # incomplete until the manifest is back
     tmp_images = root / "images.u8.tmp"
     out = np.memmap(tmp_images, dtype=np.uint8, mode="w+", shape=shape)
     loader = DataLoader(_DecodeForCache(source, indices, config), batch_size=batch_size,
@@ -272,17 +214,18 @@ def build_cache(source: CustomImageDataset, root: str | os.PathLike,
     os.replace(root / "labels.npy.tmp.npy", root / "labels.npy")
     np.save(root / "sources.npy.tmp.npy", source_stats(source, indices))
     os.replace(root / "sources.npy.tmp.npy", root / "sources.npy")
-    files = {name: _file_record(root / name, sha256=True) for name in CACHE_FILES}
+    files = {name: file_record(root / name, sha256=True) for name in CACHE_FILES}
     manifest = {"version": CACHE_VERSION, "config": asdict(config), "shape": list(shape),
+                "dtype": "uint8",
                 "source": {"annotations_file": str(source.annotations_file),
-                           "annotations_sha256": _sha256_file(source.annotations_file),
+                           "annotations_sha256": sha256_of(source.annotations_file),
                            "num_images": len(indices),
                            "fingerprint": source_fingerprint(source, indices)},
                 "files": files, "build_seconds": round(time.perf_counter() - started, 3)}
-    manifest["digest"] = _digest(manifest)
+    manifest["digest"] = manifest_digest(manifest)
     tmp_manifest = root / "manifest.json.tmp"
     tmp_manifest.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp_manifest, _manifest_path(root))
+    os.replace(tmp_manifest, manifest_path(root))
     return open_cache(root, check=False)
 
 
@@ -298,14 +241,14 @@ def stale_reason(root: str | os.PathLike, source: CustomImageDataset, config: Ca
     problems = verify_cache(root, full=full)
     if problems:
         return problems[0]
-    manifest = _read_manifest(Path(root))
+    manifest = read_cache_manifest(Path(root))
     recorded = manifest["source"]
     if manifest["config"] != asdict(config):
         return f"built with {manifest['config']}, wanted {asdict(config)}"
     stored = np.load(Path(root) / "sources.npy")
     if len(stored) != len(indices) or not np.array_equal(stored[:, 0], np.asarray(indices)):
         return "built from a different selection of images"
-    if recorded["annotations_sha256"] != _sha256_file(source.annotations_file):
+    if recorded["annotations_sha256"] != sha256_of(source.annotations_file):
         return f"the annotations file {source.annotations_file.name} has changed"
     changed = np.flatnonzero((source_stats(source, indices) != stored).any(axis=1))
     if len(changed):
@@ -333,7 +276,8 @@ def ensure_cache(source: CustomImageDataset, root: str | os.PathLike,
     Prints one line saying which, and why a rebuild was needed (damaged, stale, missing).
     ``verify="stat"`` (default) checks sizes, mtimes and the manifest (milliseconds even for
     tens of thousands of images); ``verify="full"`` also re-hashes every byte.
-    Safe to call from several processes at once (a file lock next to ``root`` serialises them).
+    Safe to call from several processes at once: the build lock (``build_lock``) serialises
+    them, and the ones that waited find the cache built and open it.
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
@@ -341,8 +285,7 @@ def ensure_cache(source: CustomImageDataset, root: str | os.PathLike,
         raise ValueError(f"verify must be 'stat' or 'full', got {verify!r}")
     indices = list(range(len(source))) if indices is None else [int(i) for i in indices]
     root = _folder_root(root)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(root.parent / f".{root.name}.lock"):  # one builder at a time
+    with build_lock(root):  # one builder at a time; the others then find it built
         reason = stale_reason(root, source, config, indices, full=verify == "full")
         if reason is None:
             if verbose:
@@ -350,7 +293,8 @@ def ensure_cache(source: CustomImageDataset, root: str | os.PathLike,
             return open_cache(root, check=False)  # stale_reason has just verified it
         if verbose:
             print(f"Building cache at {_shown(root)}: {reason}")
-        return build_cache(source, root, config, indices=indices, num_workers=num_workers)
+        return _write_cache(source, root, config, indices, num_workers=num_workers,
+                            batch_size=32)
 
 
 class CachedImageDataset(Dataset):

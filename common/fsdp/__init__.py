@@ -3,9 +3,12 @@
 Modules: ``sharding`` (``shard_model`` with ``fully_shard``, DTensor placements, bytes per
 rank from the local shards, ZeRO stages on paper), ``checkpoint`` (atomic, validated DCP
 checkpoints that load on any number of ranks, also written with ``dcp.async_save``;
-conversion to and from ``torch.save``), ``loader`` (the ``StatefulDataLoader`` whose per-rank
-state goes into the checkpoint), ``elastic`` (``torchrun --nnodes=1:2`` agents that join a run),
-``config`` (``FSDPTrainConfig``), and the entry points
+conversion to and from ``torch.save``), ``integrity`` (the digests, step and run record written
+into every checkpoint's ``.metadata`` and checked before loading), ``lock`` (one writer per
+checkpoint folder), ``loader`` (the ``StatefulDataLoader`` whose per-rank state goes into the
+checkpoint), ``resume`` (the resume contract: settings, data, loader state), ``run_state``
+(``Run``: a run's position and its checkpoints), ``elastic`` (``torchrun --nnodes=1:2`` agents
+that join a run, and agree on its settings), ``config`` (``FSDPTrainConfig``), and the entry points
 ``train`` (``python -m common.fsdp.train``) and ``bench`` (``make bench-fsdp``), which are
 not imported here. Imports go one way: ``common.fsdp`` uses ``common.ddp`` and the core.
 """

@@ -14,7 +14,7 @@ import json
 import statistics
 from dataclasses import dataclass
 
-from common.cli import at_least, option, parse_config, positive
+from common.cli import at_least, option, parse_dataclass_args, positive
 from common.ddp.config import MIN_IMAGE_SIZE
 from common.ddp.launch import run_command, torchrun_command
 
@@ -85,9 +85,10 @@ def main(argv: list[str] | None = None) -> int:
 
     Introduced in chapters/06_1_fsdp_sharding.ipynb.
     """
-    config = parse_config(BenchConfig, argv, description="FSDP vs DDP samples/s and bytes per "
-                          "rank (python -m common.fsdp.bench)",
-                          validate=check_config)
+    config = parse_dataclass_args(BenchConfig, argv,
+                                  description="FSDP vs DDP samples/s and bytes per "
+                                  "rank (python -m common.fsdp.bench)",
+                                  validate=check_config)
     table = compare(config)
     print(f"{'':10} {'samples/s':>10} {'bytes/rank':>11}   ({config.ranks} CPU ranks, gloo, "
           f"median of {config.repeats})")

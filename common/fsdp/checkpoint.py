@@ -11,16 +11,18 @@ rank has finished does rank 0 rename it to ``step-NNNNNN``. A run killed mid-sav
 previous checkpoint, untouched, as the newest complete one. ``async_save_checkpoint`` does the
 same with ``dcp.async_save``: the files are written while training goes on, and published by
 ``PendingSave.wait()`` once they are complete.
+
+Every save records each file's sha256, its step and the run's record in ``.metadata``
+(``common.fsdp.integrity``), and every load checks them before it reads a tensor.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,18 +32,21 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save, torch_save_to_dcp
-from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-STEP_DIR = re.compile(r"^step-(\d{6,})$")
+from common.fsdp.integrity import (
+    STEP_DIR,
+    CheckpointError,
+    DigestingWriter,
+    check_checkpoint,
+    read_manifest,
+)
 
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded here; the message names the file and the reason.
-
-    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
-    """
+__all__ = ["STEP_DIR", "CheckpointError", "PendingSave", "async_save_checkpoint",
+           "check_checkpoint", "check_one_run", "checkpoint_dirs", "from_torch_save",
+           "latest_checkpoint", "load_checkpoint", "read_manifest", "save_checkpoint",
+           "to_torch_save", "training_state"]
 
 
 def _distributed() -> bool:
@@ -122,9 +127,29 @@ def _publish(final: Path, tmp: Path, keep: int) -> Path:
     return final
 
 
+def check_one_run(root: str | os.PathLike) -> str:
+    """The run id that every complete checkpoint under ``root`` records (``""`` for none).
+
+    Raises:
+        CheckpointError: Checkpoints of two runs share the folder (naming each run's newest).
+
+    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
+    """
+    runs: dict[str, str] = {}  # run id -> its newest checkpoint
+    for path in checkpoint_dirs(root):
+        runs[str(read_manifest(path).run.get("run_id", ""))] = path.name
+    if len(runs) > 1:
+        listed = ", ".join(f"{name} (run {run or 'unnamed'})" for run, name in runs.items())
+        raise CheckpointError(f"{root}: holds checkpoints of {len(runs)} runs: {listed}. Two "
+                              "runs wrote into one --checkpoint folder; move one run's "
+                              "step-NNNNNN folders elsewhere and resume each from its own")
+    return next(iter(runs), "")
+
+
 def save_checkpoint(root: str | os.PathLike, step: int, *, model: nn.Module,
                     optimizer: torch.optim.Optimizer, extra: dict | None = None, keep: int = 2,
-                    on_written: Callable[[Path], None] | None = None) -> Path:
+                    on_written: Callable[[Path], None] | None = None,
+                    run: Mapping[str, object] | None = None) -> Path:
     """Write ``root/step-NNNNNN`` atomically on every rank; keep the newest ``keep``.
 
     Args:
@@ -136,6 +161,8 @@ def save_checkpoint(root: str | os.PathLike, step: int, *, model: nn.Module,
         keep: How many complete checkpoints to leave (at least 1).
         on_written: Called on every rank after DCP wrote the hidden folder and before
             it is published; the tests and the chapter use it to kill a run mid-save.
+        run: Plain values recorded with the digests (run id, settings, data, position),
+            read back with ``read_manifest``.
 
     Returns:
         The published folder.
@@ -144,7 +171,8 @@ def save_checkpoint(root: str | os.PathLike, step: int, *, model: nn.Module,
     """
     final, tmp = _fresh_tmp(Path(root), step)
     with _quiet_single_process():
-        dcp.save(training_state(model, optimizer, extra), checkpoint_id=tmp)
+        dcp.save(training_state(model, optimizer, extra),
+                 storage_writer=DigestingWriter(tmp, step=step, run=run))
     if on_written is not None:
         on_written(tmp)
     return _publish(final, tmp, keep)
@@ -184,7 +212,8 @@ class PendingSave:
 def async_save_checkpoint(root: str | os.PathLike, step: int, *, model: nn.Module,
                           optimizer: torch.optim.Optimizer, extra: dict | None = None,
                           keep: int = 2, process_group: dist.ProcessGroup | None = None,
-                          on_written: Callable[[Path], None] | None = None) -> PendingSave:
+                          on_written: Callable[[Path], None] | None = None,
+                          run: Mapping[str, object] | None = None) -> PendingSave:
     """Start writing ``root/step-NNNNNN`` in the background (``dcp.async_save``); every rank calls it.
 
     ``dcp.async_save`` copies the state into CPU memory (staging) before it returns, so
@@ -207,77 +236,29 @@ def async_save_checkpoint(root: str | os.PathLike, step: int, *, model: nn.Modul
         # the filter; it matches only DCP's "assuming a single process" notice.
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
     started = time.perf_counter()
-    future = dcp.async_save(training_state(model, optimizer, extra), checkpoint_id=tmp,
+    future = dcp.async_save(training_state(model, optimizer, extra),
+                            storage_writer=DigestingWriter(tmp, step=step, run=run),
                             process_group=process_group)
     return PendingSave(final, tmp, future, keep, time.perf_counter() - started, on_written)
 
 
-def check_checkpoint(path: str | os.PathLike, state: dict) -> None:
-    """Raise ``CheckpointError`` unless ``path`` is a complete checkpoint that fits ``state``.
-
-    Checks, without loading anything: ``.metadata`` exists and reads; every file it names
-    exists and is long enough; every tensor of ``state`` is in it, with the same shape.
-
-    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
-    """
-    path = Path(path)
-    meta_file = path / ".metadata"
-    if not meta_file.is_file():
-        raise CheckpointError(f"{meta_file}: missing; {path} is not a complete distributed "
-                              "checkpoint")
-    try:
-        metadata = dcp.FileSystemReader(path).read_metadata()
-    except Exception as error:  # a truncated pickle raises EOFError, UnpicklingError, ...
-        raise CheckpointError(f"{meta_file}: unreadable ({type(error).__name__}: {error}); "
-                              "the file is truncated or corrupt") from error
-    needed: dict[str, int] = {}
-    for info in (metadata.storage_data or {}).values():
-        end = info.offset + info.length
-        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
-    for name, size in sorted(needed.items()):
-        shard = path / name
-        if not shard.is_file():
-            raise CheckpointError(f"{shard}: shard file missing (named in {meta_file})")
-        if shard.stat().st_size < size:
-            raise CheckpointError(f"{shard}: truncated ({shard.stat().st_size} bytes, "
-                                  f"{meta_file} needs {size})")
-    _check_shapes(path, metadata.state_dict_metadata, state)
-
-
-def _flat(state: dict, prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in state.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out |= _flat(value, f"{name}.")
-        else:
-            out[name] = value
-    return out
-
-
-def _check_shapes(path: Path, stored: dict, state: dict) -> None:
-    wanted = {k: v for k, v in _flat({"model": state["model"]}).items() if torch.is_tensor(v)}
-    missing = sorted(set(wanted) - set(stored))
-    wrong = [(k, tuple(stored[k].size), tuple(v.shape)) for k, v in wanted.items()
-             if k in stored and isinstance(stored[k], TensorStorageMetadata)
-             and tuple(stored[k].size) != tuple(v.shape)]
-    if missing or wrong:
-        detail = (f"missing {missing[:3]}" if missing else
-                  f"{wrong[0][0]} is {wrong[0][1]} there but {wrong[0][2]} here")
-        raise CheckpointError(f"{path / '.metadata'}: written for another model ({detail}); "
-                              "nothing was loaded")
-
-
 def load_checkpoint(path: str | os.PathLike, *, model: nn.Module,
-                    optimizer: torch.optim.Optimizer, extra: dict | None = None) -> dict:
+                    optimizer: torch.optim.Optimizer, extra: dict | None = None,
+                    run: Mapping[str, object] | None = None,
+                    check_extra: Callable[[dict], None] | None = None) -> dict:
     """Load a checkpoint into ``model`` and ``optimizer`` in place, on every rank.
 
-    The checkpoint is checked first (``check_checkpoint``): a bad one raises
-    ``CheckpointError`` naming the file, and nothing is changed. Works for any number of
-    loading ranks and either strategy: DCP reads each rank's pieces (resharding).
+    The checkpoint is checked first (``check_checkpoint``: files, digests, step, run,
+    shapes): a bad one raises ``CheckpointError`` naming the file, and nothing is changed.
+    Then the extra values are read, and ``check_extra`` may refuse them, still before the
+    model and the optimizer are touched. Works for any number of loading ranks and either
+    strategy: DCP reads each rank's pieces (resharding).
 
     Args:
         extra: A template of the extra values to read (same keys as were saved).
+        run: Values the checkpoint's run record must hold (e.g. ``{"run_id": ...}``).
+        check_extra: Called with the extra values read; raises to refuse them. Under a
+            process group it must raise on every rank or on none (gather the verdict).
 
     Returns:
         The extra values, read from the checkpoint.
@@ -285,9 +266,13 @@ def load_checkpoint(path: str | os.PathLike, *, model: nn.Module,
     Introduced in chapters/06_2_distributed_checkpoints.ipynb.
     """
     state = training_state(model, optimizer, extra)
-    check_checkpoint(path, state)
+    check_checkpoint(path, state, run=run)
     with _quiet_single_process():
-        dcp.load(state, checkpoint_id=Path(path))
+        if state["extra"]:
+            dcp.load({"extra": state["extra"]}, checkpoint_id=Path(path))
+        if check_extra is not None:
+            check_extra(state["extra"])
+        dcp.load({"model": state["model"], "optim": state["optim"]}, checkpoint_id=Path(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optim"])
     return state["extra"]
@@ -311,10 +296,17 @@ def to_torch_save(path: str | os.PathLike, out: str | os.PathLike) -> Path:
 def from_torch_save(file: str | os.PathLike, out: str | os.PathLike) -> Path:
     """A ``torch.save`` file of full tensors as a DCP checkpoint folder (the way back).
 
+    What ``torch_save_to_dcp`` does, written with digests (``step`` ``None``: no step of a
+    run), so that ``load_checkpoint`` can verify it too. Runs in one plain process.
+
     Introduced in chapters/06_2_distributed_checkpoints.ipynb.
     """
     out = Path(out)
     if out.exists():
         raise CheckpointError(f"{out}: exists; refusing to overwrite it")
-    torch_save_to_dcp(Path(file), out)
+    state = torch.load(file, weights_only=False)  # as torch_save_to_dcp: a file of one's own
+    with _quiet_single_process():
+        dcp.save(state, storage_writer=DigestingWriter(out, step=None,
+                                                       run={"converted_from": str(file)}),
+                 no_dist=True)
     return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from common.cli import (
     distinct_files,
@@ -12,9 +12,10 @@ from common.cli import (
     is_file_or_absent,
     non_negative,
     option,
+    parse_dataclass_args,
     positive,
 )
-from common.cli import parse_config as parse_dataclass
+from common.ddp.config import RESUME_MAY_CHANGE as DDP_MAY_CHANGE
 from common.ddp.config import RunSettings, run_problems
 
 
@@ -51,6 +52,22 @@ class FSDPTrainConfig(RunSettings):
     tiny: bool = option(False, "a configuration small enough for tests (flags given still win)")
 
 
+#: Settings a run resumed from a checkpoint may change: the DDP trainer's list (those of its
+#: flags this trainer has: --num-epochs, with the schedule rebuilt, --num-workers, outputs,
+#: threads), and how checkpoints are written and the model is run, which leave the arithmetic
+#: as it was. Every other setting, and the data, must be the checkpoint's
+#: (``common.fsdp.resume``). The world size may change too (resharding).
+RESUME_MAY_CHANGE = frozenset(
+    DDP_MAY_CHANGE & {item.name for item in fields(FSDPTrainConfig)}
+    | {"checkpoint", "checkpoint_every", "keep", "async_save", "compile", "strategy",
+       "reshard_after_forward", "simulate_kill_at_step", "kill_in_save"})
+
+#: Settings the ranks of one job may hold differently (each agent's own command line): they
+#: change how fast a rank runs, not what it computes. Every other one must be rank 0's
+#: (``common.fsdp.elastic.agree_on_settings``), or the ranks would compute different runs or
+#: wait for each other's collectives forever.
+RANK_MAY_DIFFER = frozenset({"num_workers", "threads", "step_delay", "tiny"})
+
 TINY = {"num_epochs": 2, "batch_size": 12, "image_size": 32, "width": 4, "subset": 48,
         "augment": False}
 
@@ -79,6 +96,7 @@ def parse_config(argv: Sequence[str] | None = None) -> FSDPTrainConfig:
 
     Introduced in chapters/06_1_fsdp_sharding.ipynb.
     """
-    return parse_dataclass(FSDPTrainConfig, argv, description="Train SmallCNN with FSDP2 or DDP "
-                           "(python -m common.fsdp.train)", presets={"tiny": TINY},
-                           validate=check_config)
+    return parse_dataclass_args(FSDPTrainConfig, argv,
+                                description="Train SmallCNN with FSDP2 or DDP "
+                                "(python -m common.fsdp.train)", presets={"tiny": TINY},
+                                validate=check_config)

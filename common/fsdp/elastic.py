@@ -11,22 +11,74 @@ new group at world size 2 — which resumes from the newest distributed checkpoi
 Every agent's worker sees LOCAL_RANK=0, so ``join_later`` and ``leave_later`` tell the workers
 how many ranks their agents start on this host (``COMPANION_RANKS_PER_HOST``): the device plan
 (``common.device.plan_device``) then gives each its own GPU, or puts all on the CPU.
+
+The rendezvous admits any agent with the right endpoint and id, whatever flags it passes its
+workers. So every worker group starts with ``agree_on_settings``: each rank sends its
+settings to all, and a group whose ranks differ (a guest started with ``--seed 5``, or with
+``--batch-size 24``, whose collectives would never match the host's) stops at once on every
+rank, naming each rank and flag that differs, instead of training a mixture or hanging.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
+from common.cli import flag_name
 from common.ddp.launch import launch_env
+from common.ddp.process_group import gather_objects
 from common.device import RANKS_PER_HOST_ENV
+
+
+def settings_disagreement(members: Sequence[Mapping], *, may_differ: Collection[str]) -> str:
+    """Why the ranks ``members`` (``{"settings", "pid", "host"}`` each, in rank order) cannot
+    train together (``""``: they agree on everything outside ``may_differ``).
+
+    Introduced in chapters/06_4_elastic_training.ipynb.
+    """
+    first = members[0]["settings"]
+    lines = []
+    for rank, member in enumerate(members[1:], start=1):
+        mine = member["settings"]
+        differ = [f"{flag_name(key)} {first.get(key)!r} / {mine.get(key)!r}"
+                  for key in sorted(set(first) | set(mine))
+                  if key not in may_differ and first.get(key) != mine.get(key)]
+        if differ:
+            lines.append(f"rank {rank} (pid {member['pid']} on {member['host']}): "
+                         + "; ".join(differ))
+    if not lines:
+        return ""
+    allowed = ", ".join(flag_name(key) for key in sorted(may_differ))
+    return (f"the ranks of this job were started with other settings than rank 0 (pid "
+            f"{members[0]['pid']} on {members[0]['host']}), rank 0 / other: {' | '.join(lines)}. "
+            f"Every agent of an elastic job must pass its workers the same flags (only {allowed} "
+            "may differ); this group stops on every rank instead of training a mixture")
+
+
+def agree_on_settings(settings: Mapping[str, object], *, may_differ: Collection[str]) -> None:
+    """Every rank's ``settings`` to every rank; raise on all of them if any rank differs.
+
+    A collective: every rank of the group calls it, first thing after the rendezvous.
+
+    Raises:
+        ValueError: Naming each rank, pid, host and flag that differs from rank 0's.
+
+    Introduced in chapters/06_4_elastic_training.ipynb.
+    """
+    members = gather_objects({"settings": dict(settings), "pid": os.getpid(),
+                              "host": socket.gethostname()})
+    problem = settings_disagreement(members, may_differ=may_differ)
+    if problem:
+        raise ValueError(problem)
 
 
 def elastic_command(module: str, args: Sequence[str] = (), *, endpoint: str, min_nodes: int = 1,
@@ -82,30 +134,35 @@ def read_log(log_file: str | Path) -> list[dict]:
 
 @dataclass
 class ElasticJoin:
-    """What ``join_later`` saw: when the second agent started, and both agents' output."""
+    """What ``join_later`` saw: when the second agent started, both agents' output and exit codes."""
 
     joined_at: float  # time.time() when the second agent was started
     outputs: list[str] = field(default_factory=list)
+    returncodes: list[int] = field(default_factory=list)
 
 
 def join_later(command: Sequence[str], log_file: str | Path, *, after_step: int,
-               timeout: float = 120) -> ElasticJoin:
+               timeout: float = 120, guest: Sequence[str] | None = None,
+               check: bool = True) -> ElasticJoin:
     """Start one agent; once its run logged a checkpoint of ``after_step``, start a second.
 
-    Both run ``command`` (an ``elastic_command``); returns when both have finished.
+    Both run ``command`` (an ``elastic_command``), or the second ``guest``; returns when
+    both have finished.
 
     Raises:
-        RuntimeError: An agent failed, or the first one ended before the second joined.
+        RuntimeError: An agent failed (only if ``check``), or the first one ended before
+            the second joined.
 
     Introduced in chapters/06_4_elastic_training.ipynb.
     """
-    env = agents_env([command, command])
+    guest = command if guest is None else guest
+    env = agents_env([command, guest])
 
-    def start() -> subprocess.Popen:
-        return subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    def start(argv: Sequence[str]) -> subprocess.Popen:
+        return subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=env)
 
-    first, deadline = start(), time.monotonic() + timeout
+    first, deadline = start(command), time.monotonic() + timeout
     while not any(r["event"] == "checkpoint" and r["step"] >= after_step
                   for r in read_log(log_file)):
         if first.poll() is not None or time.monotonic() > deadline:
@@ -113,13 +170,35 @@ def join_later(command: Sequence[str], log_file: str | Path, *, after_step: int,
             raise RuntimeError(f"the first agent ended (or took over {timeout} s) before step "
                                f"{after_step}:\n{first.communicate()[0][-3000:]}")
         time.sleep(0.05)
-    joined_at, second = time.time(), start()
+    joined_at, second = time.time(), start(guest)
     agents = [first, second]
-    result = ElasticJoin(joined_at, [agent.communicate(timeout=timeout)[0] for agent in agents])
+    try:
+        result = ElasticJoin(joined_at, [agent.communicate(timeout=timeout)[0] for agent in agents])
+    except subprocess.TimeoutExpired as error:
+        for agent in agents:
+            _kill_tree(agent)
+            agent.communicate()
+        raise RuntimeError(f"the agents did not finish within {timeout} s of the join: hung, "
+                           "killed") from error
+    result.returncodes = [agent.returncode for agent in agents]
     for agent, output in zip(agents, result.outputs, strict=True):
-        if agent.returncode != 0:
+        if check and agent.returncode != 0:
             raise RuntimeError(f"an agent exited with {agent.returncode}:\n{output[-3000:]}")
     return result
+
+
+def _kill_tree(agent: subprocess.Popen) -> None:
+    """SIGKILL an agent and its workers (which torchrun starts in sessions of their own)."""
+    try:
+        root = psutil.Process(agent.pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for process in tree:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 @dataclass
@@ -168,11 +247,8 @@ def leave_later(host: Sequence[str], guest: Sequence[str], log_file: str | Path,
             raise RuntimeError(f"an agent ended (or {timeout} s passed) before step {after_step} "
                                f"at world size 2:\n{first.communicate()[0][-3000:]}")
         time.sleep(0.05)
-    guest_tree = psutil.Process(second.pid)
-    guest_tree = [guest_tree, *guest_tree.children(recursive=True)]
     left_at = time.time()
-    for process in guest_tree:
-        process.kill()
+    _kill_tree(second)
     outputs = [first.communicate(timeout=timeout)[0], second.communicate()[0]]
     if first.returncode != 0:
         raise RuntimeError(f"the remaining agent exited with {first.returncode}:\n"

@@ -12,7 +12,13 @@ size changes (2 -> 1, 2 -> 3, an elastic restart) the loader state is not used, 
 falls back to the position ``(epoch, batch_in_epoch)``: with a fixed global batch, every rank
 has consumed ``batch_in_epoch`` batches of ``batch_size / world_size`` samples, i.e. the first
 ``batch_in_epoch * batch_size`` samples of the epoch's order, on any number of ranks — which
-``ResumableDistributedSampler.set_epoch(epoch, start=...)`` skips.
+``ResumableDistributedSampler.set_epoch(epoch, start=...)`` skips. The same holds when
+``--num-workers`` changes: a state with workers has another shape than one without.
+
+A state that is used must agree with that position: ``loader_state_problem`` reads how many
+batches and samples it says were yielded (``_num_yielded`` and the sampler's
+``samples_yielded`` without workers; the last snapshot's step and its main-process sampler
+with workers) and refuses one that is not ``batch_in_epoch`` batches of this loader's batch.
 """
 
 from __future__ import annotations
@@ -73,3 +79,49 @@ def loaded_state(entry: dict[str, bytes], rank: int) -> dict:
     Introduced in chapters/06_3_compile_and_resumable_loaders.ipynb.
     """
     return pickle.loads(entry[f"rank{rank}"])  # our own checkpoint: DCP unpickles its values too
+
+
+def _yielded(state: dict) -> tuple[int, int, int | None]:
+    """``(batches, batches at the sampler's count, samples)`` a loader state says it yielded."""
+    if "_snapshot" in state:  # with workers: the main process's state at the last snapshot
+        snapshot = state["_snapshot"]
+        main = snapshot["_main_snapshot"]
+        return (snapshot["_snapshot_step"] + state["_steps_since_snapshot"],
+                snapshot["_snapshot_step"], (main["_sampler_iter_state"] or {}).get("samples_yielded"))
+    return (state["_num_yielded"], state["_num_yielded"],
+            (state["_sampler_iter_state"] or {}).get("samples_yielded"))
+
+
+def state_workers(state: dict) -> int:
+    """How many workers the loader that wrote ``state`` had.
+
+    Introduced in chapters/06_3_compile_and_resumable_loaders.ipynb.
+    """
+    return state["_snapshot"]["_main_snapshot"]["_num_workers"] if "_snapshot" in state else 0
+
+
+def loader_state_problem(state: object, *, batches: int, batch_size: int,
+                         num_workers: int) -> str:
+    """Why ``state`` is not the state of a loader ``batches`` batches into its epoch (``""``: it is).
+
+    Args:
+        batches: The checkpoint's ``batch_in_epoch``: micro-batches this rank consumed.
+        batch_size: This rank's loader batch (so ``batches * batch_size`` samples).
+        num_workers: The workers of the loader that is to load it.
+
+    Introduced in chapters/06_3_compile_and_resumable_loaders.ipynb.
+    """
+    try:
+        said, counted, samples = _yielded(state)
+        workers = state_workers(state)
+    except (KeyError, TypeError, AttributeError) as error:
+        return f"it is not a StatefulDataLoader state ({type(error).__name__}: {error})"
+    if workers != num_workers:
+        return f"it was written with {workers} workers, this loader has {num_workers}"
+    if said != batches:
+        return (f"it says {said} batches were yielded, the checkpoint's position is "
+                f"{batches} batches into the epoch")
+    if samples is not None and samples != counted * batch_size:
+        return (f"it says {samples} samples were yielded, but {counted} batches x {batch_size} "
+                f"samples make {counted * batch_size}: samples would be skipped or repeated")
+    return ""

@@ -19,21 +19,25 @@ Two nodes (run on each; the checkpoint folder must be on a file system both see)
 ``--checkpoint DIR`` resumes from the newest complete ``DIR/step-NNNNNN`` — written by any
 number of ranks, with either strategy — and writes new ones atomically (``--async-save``: in
 the background, with ``dcp.async_save``). The training loader is a ``StatefulDataLoader``
-whose per-rank state goes into the checkpoint; a resume on another world size uses the
-position instead (``common.fsdp.loader``). ``--compile`` runs the model through
-``torch.compile``. ``--tiny`` is the configuration the tests use; the
+whose per-rank state goes into the checkpoint; a resume on another world size or another
+``--num-workers`` uses the position instead (``common.fsdp.loader``). ``--compile`` runs the
+model through ``torch.compile``. ``--tiny`` is the configuration the tests use; the
 settings are ``common.fsdp.config.FSDPTrainConfig``.
+
+A resume keeps the DDP trainer's contract (``common.fsdp.resume``): the settings outside
+``RESUME_MAY_CHANGE`` and the data must be the checkpoint's, each difference named; every
+file is verified against the digests written with it; one run writes into a ``--checkpoint``
+folder at a time (``DIR/writer.lock``, ``common.fsdp.lock``); and the ranks of a job, elastic
+agents included, must have been started with the same settings.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
-import signal
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -41,7 +45,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import MixedPrecisionPolicy
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from common.ddp.data import build_loaders
 from common.ddp.launch import restart_hazard
@@ -54,22 +57,19 @@ from common.ddp.process_group import (
     run_in_process_group,
     wrap_model,
 )
-from common.ddp.run_log import RunLog, Timing, finish_run
-from common.ddp.train import batchnorm_to_groupnorm
+from common.ddp.run_log import RunLog, finish_run
+from common.ddp.trainer import save_final_weights
 from common.device import seed_everything
 from common.fast.cache import CacheError
-from common.fsdp.checkpoint import (
-    CheckpointError,
-    PendingSave,
-    async_save_checkpoint,
-    latest_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
-from common.fsdp.config import FSDPTrainConfig, parse_config
-from common.fsdp.loader import loaded_state, loader_entry, saved_loader_ranks, stateful_loader
+from common.fsdp.checkpoint import CheckpointError
+from common.fsdp.config import RANK_MAY_DIFFER, FSDPTrainConfig, parse_config
+from common.fsdp.elastic import agree_on_settings
+from common.fsdp.loader import stateful_loader
+from common.fsdp.lock import release_lock
+from common.fsdp.resume import claim_on_rank0, data_identity, plain_settings
+from common.fsdp.run_state import Run
 from common.fsdp.sharding import local_bytes, shard_model
-from common.models import SmallCNN
+from common.models import SmallCNN, batchnorm_to_groupnorm
 from common.synthetic import ShapesData, ensure_data
 
 
@@ -106,98 +106,6 @@ def gradient_sync(model: nn.Module, sync: bool):
     if hasattr(model, "no_sync") and not sync:
         return model.no_sync()
     return nullcontext()
-
-
-@dataclass
-class Run:
-    """What the training loop, the checkpoints and ``main`` share while a run goes on.
-
-    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
-    """
-
-    config: FSDPTrainConfig
-    info: DistInfo
-    model: nn.Module
-    forward: nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    log: RunLog
-    loader: StatefulDataLoader
-    position: dict = field(default_factory=lambda: {"epoch": 0, "step": 0, "batch_in_epoch": 0})
-    timing: Timing = field(default_factory=Timing)
-    memory: dict = field(default_factory=dict)
-    loader_state: dict | None = None  # read from a checkpoint of the same world size
-    save_group: object = None  # the process group of --async-save's writing thread
-    pending: tuple[PendingSave, dict] | None = None  # an --async-save not yet published
-
-    def extra(self) -> dict:
-        """Everything but model and optimizer that a resumed run needs."""
-        return {"position": dict(self.position), "scheduler": self.scheduler.state_dict(),
-                "rng": torch.get_rng_state(), "loader": loader_entry(self.loader, self.info.rank)}
-
-    def template(self, *, with_loader: bool) -> dict:
-        """What ``resume`` reads: ``extra()``'s keys, placeholders where DCP puts the values.
-
-        Not ``extra()`` itself: ``loader.state_dict()`` before the first epoch would start
-        an iterator (and workers) over a sampler not yet set to the resumed epoch.
-        """
-        template = {"position": dict(self.position), "scheduler": self.scheduler.state_dict(),
-                    "rng": torch.get_rng_state()}
-        if with_loader:
-            template["loader"] = {f"rank{self.info.rank}": b""}
-        return template
-
-    def checkpoint(self) -> None:
-        config = self.config
-        if not config.checkpoint:
-            return
-        kill = (config.kill_in_save and self.position["step"] == config.simulate_kill_at_step
-                and self.log.attempt == 0)
-        options = {"model": self.model, "optimizer": self.optimizer, "extra": self.extra(),
-                   "keep": config.keep,
-                   "on_written": (lambda _tmp: self.die("in_save")) if kill else None}
-        if not config.async_save:
-            path = save_checkpoint(config.checkpoint, self.position["step"], **options)
-            self.log.write("checkpoint", path=path.name, **self.position)
-            return
-        self.publish()  # one save in flight at most
-        self.pending = (async_save_checkpoint(config.checkpoint, self.position["step"],
-                                              process_group=self.save_group, **options),
-                        dict(self.position))
-
-    def publish(self) -> None:
-        """Wait for the pending ``--async-save`` (if any) and publish it."""
-        if self.pending is None:
-            return
-        (pending, position), self.pending = self.pending, None
-        waited = time.perf_counter()
-        path = pending.wait()
-        self.log.write("checkpoint", path=path.name, blocking_s=round(pending.blocking_s, 4),
-                       wait_s=round(time.perf_counter() - waited, 4), **position)
-
-    def resume(self) -> None:
-        path = latest_checkpoint(self.config.checkpoint) if self.config.checkpoint else None
-        if path is None:
-            return
-        same_world = saved_loader_ranks(path) == self.info.world_size
-        extra = load_checkpoint(path, model=self.model, optimizer=self.optimizer,
-                                extra=self.template(with_loader=same_world))
-        self.scheduler.load_state_dict(extra["scheduler"])
-        torch.set_rng_state(extra["rng"])
-        self.position = {k: int(v) for k, v in extra["position"].items()}
-        if not self.position["batch_in_epoch"]:
-            how = "new epoch"
-        elif same_world:
-            self.loader_state, how = loaded_state(extra["loader"], self.info.rank), "loader state"
-        else:
-            how = "sampler position"
-        self.log.write("resume", path=path.name, world_size=self.info.world_size, loader=how,
-                       **self.position)
-
-    def die(self, where: str) -> None:
-        self.log.write("simulated_kill", where=where, rank=self.info.world_size - 1, **self.position)
-        if self.info.rank == self.info.world_size - 1:
-            os.kill(os.getpid(), signal.SIGKILL)  # like the OOM killer: no cleanup at all
 
 
 def _after_step(run: Run, batch_index: int) -> None:
@@ -306,8 +214,21 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 def train(config: FSDPTrainConfig, info: DistInfo) -> Run:
     """Build everything, resume from ``--checkpoint`` if it holds one, train, save.
 
+    First the ranks agree on the settings (an elastic guest with other flags is refused on
+    every rank), then rank 0 takes the ``--checkpoint`` folder's lock, held until the end.
+
     Introduced in chapters/06_1_fsdp_sharding.ipynb.
     """
+    agree_on_settings(plain_settings(config), may_differ=RANK_MAY_DIFFER)
+    run_id = claim_on_rank0(config.checkpoint, info) if config.checkpoint else ""
+    try:
+        return _train(config, info, run_id)
+    finally:
+        if config.checkpoint and info.rank == 0:
+            release_lock(config.checkpoint)
+
+
+def _train(config: FSDPTrainConfig, info: DistInfo, run_id: str) -> Run:
     if config.bf16 and info.device.type != "cuda":
         raise ValueError("--bf16 (MixedPrecisionPolicy) is GPU-only here; this process runs on "
                          "the CPU")
@@ -323,14 +244,15 @@ def train(config: FSDPTrainConfig, info: DistInfo) -> Run:
     scheduler = build_scheduler(config, optimizer, config.num_epochs * steps_per_epoch)
     forward = torch.compile(model) if config.compile else model
     run = Run(config, info, model, forward, optimizer, scheduler, RunLog(config.log_file, info),
-              train_loader)
+              train_loader, run_id=run_id, identity=data_identity(data))
     if config.async_save and info.initialized:
         run.save_group = dist.new_group(backend="gloo")  # async_save needs a CPU backend
     if restart_hazard() and is_main_process():
         print(f"warning: {restart_hazard()}", file=sys.stderr, flush=True)
     run.log.write("start", world_size=info.world_size, strategy=config.strategy,
-                  device=str(info.device), steps_per_epoch=steps_per_epoch, config=asdict(config))
-    run.resume()
+                  device=str(info.device), steps_per_epoch=steps_per_epoch, config=asdict(config),
+                  run_id=run_id)
+    run.resume(steps_per_epoch)
     first_step = run.position["step"]
     for epoch in range(run.position["epoch"], config.num_epochs):
         if 0 < config.max_steps <= run.position["step"]:
@@ -353,8 +275,8 @@ def train(config: FSDPTrainConfig, info: DistInfo) -> Run:
         run.log.write("epoch", epoch=epoch + 1, step=run.position["step"], **metrics)
         run.checkpoint()
     run.publish()
-    weights = full_state_dict(model)
-    finish_run(run.log, run.timing, weights=weights, save_final=config.save_final,
+    save_final_weights(full_state_dict(model), config.save_final)
+    finish_run(run.log, run.timing,
                step=run.position["step"], first_step=first_step, world_size=info.world_size,
                batch_size=config.batch_size, strategy=config.strategy,
                bytes_per_rank=gather_objects(run.memory))

@@ -1,8 +1,8 @@
 """Chapter 5: large datasets as tar shards (the WebDataset convention), streamed per rank and worker.
 
-Modules: ``format`` (writer, manifest, safe streaming reader), ``dataset``
-(``ShardedImageDataset`` and how it splits shards) and the entry point ``train``
-(``python -m common.shards.train``), which is not imported here.
+Modules: ``format`` (writer, manifest, safe streaming reader), ``keys`` (each sample key in one
+shard only), ``dataset`` (``ShardedImageDataset`` and how it splits shards) and the entry point
+``train`` (``python -m common.shards.train``), which is not imported here.
 """
 
 from common.shards.dataset import (
@@ -27,6 +27,7 @@ from common.shards.format import (
     verify_shards,
     write_shards,
 )
+from common.shards.keys import check_unique_keys, shard_keys
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -38,11 +39,13 @@ __all__ = [
     "ShardInfo",
     "ShardRecord",
     "ShardedImageDataset",
+    "check_unique_keys",
     "decode_image",
     "ensure_shards",
     "file_sha256",
     "read_manifest",
     "read_shard",
+    "shard_keys",
     "split_shards",
     "verify_shards",
     "worker_quotas",

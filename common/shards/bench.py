@@ -3,8 +3,8 @@
     python -m common.shards.bench --out build/bench/shards          # about a minute on 2 cores
     python -m common.shards.bench --out build/bench/shards --quick  # a few seconds
 
-In one run, on shards of the same images, round-robin, medians of repeats (the timing of
-``common.fast.benchmark``): ``shards_pil`` is ``ShardedImageDataset`` with the guide's
+In one run, on shards of the same images, round-robin, medians of repeats (``common.fast.timing``,
+as in ``common.fast.benchmark``): ``shards_pil`` is ``ShardedImageDataset`` with the guide's
 classic eval transform (PIL decode, float per sample); ``shards_uint8`` the same reader with
 ``v2.Resize`` + ``v2.CenterCrop`` on uint8 tensors (``decode_jpeg``) and the batch normalized
 last; ``webdataset`` and ``litdata`` (each only where installed) read the same JPEG bytes
@@ -34,20 +34,14 @@ from common.cli import (
     is_dir_or_absent,
     non_negative,
     option,
-    parse_config,
+    parse_dataclass_args,
     positive,
 )
-from common.fast.benchmark import (
-    MAKE_DATA,
-    QUICK_DATA,
-    intra_op_threads,
-    measure,
-    summarize,
-)
 from common.fast.pipeline import BatchNormalize, NormalizedLoader
+from common.fast.timing import QUICK_DATA, intra_op_threads, measure, summarize
 from common.shards.dataset import ShardedImageDataset
 from common.shards.format import ensure_shards, read_manifest
-from common.synthetic import ShapesData, ensure_data
+from common.synthetic import MAKE_DATA, ShapesData, ensure_data
 from common.transforms import ClassicEvalPreset
 
 BASELINE = "shards_pil"
@@ -181,8 +175,8 @@ def main(argv: list[str] | None = None) -> int:
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
-    config = parse_config(ShardBenchConfig, argv, description=__doc__.splitlines()[0],
-                          presets={"quick": QUICK}, validate=check_config)
+    config = parse_dataclass_args(ShardBenchConfig, argv, description=__doc__.splitlines()[0],
+                                  presets={"quick": QUICK}, validate=check_config)
     config.out.mkdir(parents=True, exist_ok=True)
     if config.data_root is not None:
         data = ShapesData(Path(config.data_root))

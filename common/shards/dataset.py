@@ -39,6 +39,7 @@ from common.shards.format import (
     read_shard,
     verify_shards,
 )
+from common.shards.keys import check_unique_keys
 
 POLICIES = ("pad", "drop", "none")
 #: The most image bytes one consumer's shuffle buffer may hold (``max_buffer_bytes``).
@@ -196,7 +197,10 @@ class ShardedImageDataset(IterableDataset):
         equalize: ``"pad"`` (default), ``"drop"`` or ``"none"``. ``"none"`` is refused while
             a process group of more than one rank is initialized and ``world_size > 1``:
             ranks would yield different numbers of batches and DDP would wait forever.
-        verify: Check every shard's sha256 against the manifest now.
+        verify: Check now every shard's sha256 against the manifest, and that no sample key
+            is in two shards (``check_unique_keys``: tar headers only).
+        allow_duplicate_keys: Accept a key in several shards (oversampling on purpose): the
+            key check above and the reader's are skipped, and such samples are read twice.
         allow_uneven: Accept ``equalize="none"`` under such a process group anyway (for
             evaluation that runs no collective per batch).
         max_buffer_bytes: The most image bytes the shuffle buffer may hold (default
@@ -213,7 +217,7 @@ class ShardedImageDataset(IterableDataset):
                  rank: int | None = None, world_size: int | None = None,
                  equalize: str = "pad", verify: bool = True, allow_uneven: bool = False,
                  max_buffer_bytes: int = MAX_BUFFER_BYTES, max_pixels: int | None = None,
-                 decode: str = "auto") -> None:
+                 decode: str = "auto", allow_duplicate_keys: bool = False) -> None:
         super().__init__()
         self.shards = read_manifest(shards) if isinstance(shards, (str, os.PathLike)) \
             else list(shards)
@@ -237,11 +241,13 @@ class ShardedImageDataset(IterableDataset):
         self.max_buffer_bytes, self.max_pixels = max_buffer_bytes, max_pixels
         self.transform, self.target_transform = transform, target_transform
         self.shuffle, self.buffer_size, self.seed = shuffle, buffer_size, seed
-        self.equalize = equalize
+        self.equalize, self.allow_duplicate_keys = equalize, allow_duplicate_keys
         self.uint8 = uses_uint8(decode, transform)
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         if verify:
             verify_shards(self.shards)
+            if not allow_duplicate_keys:
+                check_unique_keys(self.shards)
 
     @property
     def epoch(self) -> int:
@@ -290,9 +296,11 @@ class ShardedImageDataset(IterableDataset):
         """The undecoded records one consumer yields this epoch, in order (no decoding)."""
         assignment, counts, quotas = self._split(num_workers, self.epoch)
         mine = assignment[self.rank][worker]
-        stream = _unique_keys(itertools.chain.from_iterable(
+        stream = itertools.chain.from_iterable(
             read_shard(self.shards[i].path, expected=self.shards[i].num_samples,
-                       num_classes=self.shards[i].num_classes) for i in mine))
+                       num_classes=self.shards[i].num_classes) for i in mine)
+        if not self.allow_duplicate_keys:
+            stream = _unique_keys(stream)  # for verify=False: the first key of each shard
         if self.shuffle and self.buffer_size > 1:
             rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
             stream = _shuffled(stream, self.buffer_size, rng, self.max_buffer_bytes)

@@ -26,7 +26,7 @@ from common.cli import (
     is_dir_or_absent,
     is_file,
     option,
-    parse_config,
+    parse_dataclass_args,
     positive,
 )
 from common.data import CustomImageDataset
@@ -65,8 +65,8 @@ def parse_args(argv: list[str] | None = None) -> MakeShardsConfig:
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
-    return parse_config(MakeShardsConfig, argv, description=__doc__.splitlines()[0],
-                        validate=_check)
+    return parse_dataclass_args(MakeShardsConfig, argv, description=__doc__.splitlines()[0],
+                                validate=_check)
 
 
 def convert(csv: Path, images: Path, out: Path, *, shard_size: int, prefix: str,

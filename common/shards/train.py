@@ -12,6 +12,12 @@ One process, then two (CPU: gloo; CUDA: nccl, one GPU per rank)::
 Make the shards first with ``python data_scripts/make_shards.py``. Rank 0 prints the
 batches every rank ran in each epoch (they must be equal, or DDP would hang) and
 evaluates on the validation shards.
+
+``--snapshot PATH`` is written at the end of every epoch and resumed from when it exists, under
+the DDP trainer's contract (``common.ddp.snapshot.check_resume``): the settings and the shards
+(every name and sha256 of both manifests) must be the snapshot's, except what
+``RESUME_MAY_CHANGE`` lists; a longer ``--num-epochs`` extends an ended run, and says so. A run
+stopped mid-epoch starts that epoch again.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -29,15 +35,17 @@ from torch.utils.data import DataLoader
 from common.annotations import BadSampleError
 from common.cli import (
     at_least,
+    distinct_files,
     fail,
     finite,
     is_file_or_absent,
     non_negative,
     option,
-    parse_config,
+    parse_dataclass_args,
     positive,
 )
 from common.ddp.config import MIN_IMAGE_SIZE
+from common.ddp.config import RESUME_MAY_CHANGE as DDP_MAY_CHANGE
 from common.ddp.process_group import (
     DistInfo,
     all_reduce_sum,
@@ -47,6 +55,7 @@ from common.ddp.process_group import (
     unwrap,
     wrap_model,
 )
+from common.ddp.snapshot import Position, check_resume, load_snapshot, read_snapshot, save_snapshot
 from common.models import SmallCNN
 from common.paths import default_data_root
 from common.shards import ShardedImageDataset, ShardInfo, read_manifest
@@ -74,7 +83,12 @@ class ShardTrainConfig:
     equalize: str = option("pad", "equal batches per rank: pad, drop, or none",
                            choices=("pad", "drop", "none"))
     seed: int = option(0, "seed of weights and shuffling")
+    allow_duplicate_keys: bool = option(False, "accept a sample key found in two shards "
+                                        "(oversampling on purpose); refused by default, "
+                                        "naming both shards")
     out: str = option("", "write the run's history here as JSON (rank 0)")
+    snapshot: str = option("", "snapshot file, written after every epoch; resumed from if it "
+                           "exists (same settings and shards required)")
     tiny: bool = option(False, "a configuration small enough for tests (flags given still win)")
 
     def __post_init__(self) -> None:
@@ -85,6 +99,12 @@ class ShardTrainConfig:
 
 TINY = {"image_size": 32, "batch_size": 4, "num_epochs": 2, "buffer_size": 8}
 
+#: Settings a resumed run may change: the DDP trainer's (``common.ddp.config``), as far as this
+#: trainer has them, and its output ``--out``. The world size may change too. Every other
+#: setting, and the shards, must be the snapshot's.
+RESUME_MAY_CHANGE = frozenset(DDP_MAY_CHANGE & {item.name for item in fields(ShardTrainConfig)}
+                              | {"out"})
+
 
 def check_config(config: ShardTrainConfig) -> dict[str, str]:
     """Problems of a finished configuration, by field (empty when it is valid).
@@ -94,7 +114,8 @@ def check_config(config: ShardTrainConfig) -> dict[str, str]:
     return {**positive(config, "num_epochs", "batch_size", "buffer_size", "num_classes"),
             **at_least(config, MIN_IMAGE_SIZE, "image_size", why="SmallCNN halves it three times"),
             **non_negative(config, "num_workers", "lr"), **finite(config, "lr"),
-            **is_file_or_absent(config, "out")}
+            **is_file_or_absent(config, "out", "snapshot"),
+            **distinct_files(config, "snapshot", "out")}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> ShardTrainConfig:
@@ -102,8 +123,8 @@ def parse_args(argv: Sequence[str] | None = None) -> ShardTrainConfig:
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
-    return parse_config(ShardTrainConfig, argv, description=__doc__.splitlines()[0],
-                        presets={"tiny": TINY}, validate=check_config)
+    return parse_dataclass_args(ShardTrainConfig, argv, description=__doc__.splitlines()[0],
+                                presets={"tiny": TINY}, validate=check_config)
 
 
 def read_shards(config: ShardTrainConfig, name: str) -> list[ShardInfo]:
@@ -156,10 +177,12 @@ def build_loaders(config: ShardTrainConfig, info: DistInfo) -> tuple[DataLoader,
     train_set = ShardedImageDataset(
         read_shards(config, "shards"), train_tf,
         buffer_size=config.buffer_size, seed=config.seed, rank=info.rank,
-        world_size=info.world_size, equalize=config.equalize)
+        world_size=info.world_size, equalize=config.equalize,
+        allow_duplicate_keys=config.allow_duplicate_keys)
     val_set = ShardedImageDataset(
         read_shards(config, "val_shards"), V2EvalPreset(resize_size=size, crop_size=size),
-        shuffle=False, rank=0, world_size=1, equalize="none")
+        shuffle=False, rank=0, world_size=1, equalize="none",
+        allow_duplicate_keys=config.allow_duplicate_keys)
     pin = info.device.type == "cuda"
     return (DataLoader(train_set, batch_size=config.batch_size, num_workers=config.num_workers,
                        pin_memory=pin),
@@ -182,30 +205,73 @@ def run_epoch(model, loader: CountingLoader, optimizer, info: DistInfo) -> dict:
             "train_loss": loss, "train_acc": acc, "seconds": time.perf_counter() - start}
 
 
+def data_identity(train_loader: DataLoader, val_loader: DataLoader) -> dict[str, str]:
+    """``{"--shards shard-000000.tar": sha256, ...}``: the data a snapshot belongs to.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    return {f"{flag} {shard.path.name}": shard.sha256 or ""
+            for flag, loader in (("--shards", train_loader), ("--val-shards", val_loader))
+            for shard in loader.dataset.shards}
+
+
+def resume(config: ShardTrainConfig, info: DistInfo, model: torch.nn.Module,
+           optimizer: torch.optim.Optimizer, identity: dict[str, str]) -> Position:
+    """Continue from ``--snapshot``: settings, shards and ``--num-epochs`` checked first.
+
+    Raises:
+        SnapshotError: Naming each setting or shard that differs (nothing modified).
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    snapshot = read_snapshot(config.snapshot)
+    changed = check_resume(config.snapshot, snapshot, asdict(config),
+                           may_change=RESUME_MAY_CHANGE, identity=identity)
+    position = load_snapshot(config.snapshot, model=model, optimizer=optimizer, rank=info.rank,
+                             snapshot=snapshot)
+    if is_main_process():
+        print(resume_line(config, snapshot["settings"]["num_epochs"], position.epoch, changed),
+              flush=True)
+    return position
+
+
+def resume_line(config: ShardTrainConfig, saved_epochs: int, done: int, changed: bool) -> str:
+    """What a resume says: where it continues, and an extended or ended run as such.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    line = f"resumed from {config.snapshot} after epoch {done} of {saved_epochs}"
+    if changed:
+        verb = "extends" if config.num_epochs > saved_epochs else "shortens"
+        line += f"; --num-epochs {saved_epochs} -> {config.num_epochs} {verb} the run"
+    if done >= config.num_epochs:
+        line += ("; the run has ended: nothing to train (a larger --num-epochs would extend "
+                 "it)")
+    return line
+
+
 def train(config: ShardTrainConfig) -> list[dict]:
-    """Run ``config``; returns one record per epoch (rank 0 adds validation metrics).
+    """Run ``config``; returns one record per epoch trained (rank 0 adds validation metrics).
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
     torch.manual_seed(config.seed)  # the same initial weights on every rank
     info = setup_distributed()
-    history = []
     try:
         train_loader, val_loader = build_loaders(config, info)
         model = build_model(config, info)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-        counted = CountingLoader(train_loader)
-        for epoch in range(config.num_epochs):
-            train_loader.dataset.set_epoch(epoch)
-            record = {"epoch": epoch, **run_epoch(model, counted, optimizer, info)}
-            if is_main_process():
-                record["val_loss"], record["val_acc"] = evaluate(unwrap(model), val_loader,
-                                                                  info.device)
-                print(f"epoch {epoch}: batches per rank {record['batches_per_rank']}, samples "
-                      f"per rank {record['samples_per_rank']}, train loss "
-                      f"{record['train_loss']:.3f}, val acc {record['val_acc']:.3f} "
-                      f"({record['seconds']:.1f} s)", flush=True)
-            history.append(record)
+        identity = data_identity(train_loader, val_loader)
+        position = (resume(config, info, model, optimizer, identity)
+                    if config.snapshot and Path(config.snapshot).exists() else Position())
+        history = []
+        for epoch in range(position.epoch, config.num_epochs):
+            history.append(train_and_evaluate(model, train_loader, val_loader, optimizer, info,
+                                              epoch))
+            position = Position(epoch + 1, position.step + history[-1]["batches_per_rank"][0])
+            if config.snapshot:
+                save_snapshot(config.snapshot, model=model, optimizer=optimizer,
+                              position=position, settings=asdict(config), identity=identity)
         if is_main_process() and config.out:
             Path(config.out).parent.mkdir(parents=True, exist_ok=True)
             Path(config.out).write_text(json.dumps({"world_size": info.world_size,
@@ -214,6 +280,23 @@ def train(config: ShardTrainConfig) -> list[dict]:
     finally:
         cleanup_distributed()
     return history
+
+
+def train_and_evaluate(model, train_loader: DataLoader, val_loader: DataLoader, optimizer,
+                       info: DistInfo, epoch: int) -> dict:
+    """One epoch's record: every rank's counts, training metrics, and (rank 0) validation.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    train_loader.dataset.set_epoch(epoch)
+    record = {"epoch": epoch, **run_epoch(model, CountingLoader(train_loader), optimizer, info)}
+    if is_main_process():
+        record["val_loss"], record["val_acc"] = evaluate(unwrap(model), val_loader, info.device)
+        print(f"epoch {epoch}: batches per rank {record['batches_per_rank']}, samples "
+              f"per rank {record['samples_per_rank']}, train loss "
+              f"{record['train_loss']:.3f}, val acc {record['val_acc']:.3f} "
+              f"({record['seconds']:.1f} s)", flush=True)
+    return record
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -56,15 +56,45 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
   What does score zero: an answer that defines a name the checks call (``def checks``,
   ``def abs``), and an answer that changed a file the setup made (the judge then stops and a
   fresh one grades the rest); both are recorded as kind ``checker``.
-- *The sandbox* (bubblewrap): the machine read-only; the repository hidden except
-  ``common/`` and what runs inside (``course/grading/inside/``, and ``course/checks.py`` and
-  ``course/assignments.py`` that the setup cells import): no ``.git``, ``tests/``, exercise
-  sources, submissions or report; no network; its own PID namespace (everything ends with
-  it); the working copy writable and holding no checks. Privileges are set on the judge's
-  command line (``setpriv``): never new privileges, and as root a uid of the judge's own
-  (or, where it has none, no capability). Each exercise has limits on memory, CPU time,
-  processes, open files and file size, and a wall-clock limit; hitting one scores zero with
-  a message saying which.
+- *The sandbox* (bubblewrap, ``sandbox.bwrap_prefix``) is built from an allow-list. Read-only
+  it shows the system's library folders (``/usr`` and the ``/bin``, ``/lib`` links), the files of
+  ``/etc`` the interpreter and torch need (``ETC``: the linker's cache, ``hosts`` and
+  ``nsswitch.conf`` for ``localhost``, the time zone, fonts), the interpreter's prefixes
+  (``sys.prefix`` and ``sys.base_prefix``: the venv and the Python it was made from), ``common/``
+  and what runs inside (``course/grading/inside/``, and ``course/checks.py`` and
+  ``course/assignments.py`` that the setup cells import). Writable: the working copy, which is
+  also its private ``/tmp`` and holds an empty HOME, and a ``/dev/shm`` of its own. Nothing else
+  exists in it: not the repository (``.git``, ``tests/``, the exercise sources), the submissions,
+  the report, another checkout or a backup of the sources, ``/root``, any user's home (``~/.ssh``),
+  ``/sys``; the grader refuses to start if the repository, the sources, the submissions or the
+  report lie inside a folder it shows (``judges.allow_list``). No network (a loopback of its own);
+  its own PID namespace (everything ends with it); the working copy holds no checks.
+- *A uid of its own.* As root, bubblewrap keeps uid 0 only to build the sandbox; ``setpriv`` then
+  runs the judge under a uid nobody else uses (``judge_uid``), without any capability and never
+  with new privileges, so the kernel checks every file against a uid that owns nothing. Started
+  by an ordinary user (the normal case for an instructor), the sandbox runs in a user namespace
+  as uid ``SANDBOX_UID``, but the kernel still checks files against the instructor's uid (an
+  unprivileged process cannot take another): there the allow-list is the protection, and a 0600
+  file of the instructor's is out of reach because nothing outside the shown folders is mounted.
+  Keep private files out of those folders (the venv, the Python installation, ``common/``).
+- *Limits per exercise* (``cgroups``, ``inside/space.py``). Where the machine gives cgroups (v2
+  where the grader's cgroup can hand ``memory`` and ``pids`` to children; else v1's ``memory`` and
+  ``pids`` hierarchies, as root), each exercise's checker is put into cgroups of the exercise's own
+  before it forks anything, so the checker, the answer process and every process they start
+  share one ``--memory-mb`` (files in ``/dev/shm`` and in the working copy are memory too) and one
+  ``--processes``; the cgroups' counters name a hit, whatever is left in them is killed, and they
+  are removed. The working copy is a tmpfs of ``--file-mb`` plus room for the setup cells' files
+  (``judges.SETUP_MB``): before each exercise the judge reserves all but ``--file-mb`` of what is
+  free on it, so the exercise's files together (HOME and ``/tmp`` included) take at most
+  ``--file-mb``; ``/dev/shm`` holds ``--memory-mb`` and is emptied after
+  each exercise. Per process there are limits on memory (``RLIMIT_AS``: one huge allocation fails
+  at once), CPU time, open files and file size, and per exercise a wall-clock limit. A hit scores
+  that exercise zero, named ("the memory limit of 200 MiB for the exercise was reached", "the disk
+  limit of 32 MiB ...", "the process limit of 16 ..."); the next exercise starts afresh. Without
+  cgroups (an ordinary user on cgroup v1, or a v2 cgroup that hands nothing down) memory is
+  bounded per process only (all of them together by ``--processes`` times ``--memory-mb``), the
+  process count by ``RLIMIT_NPROC`` of the sandbox's uid (named when the answer lets the error
+  through), and the files and ``/dev/shm`` by the tmpfs sizes as above.
 - *Without the sandbox* (``--sandbox none``, or ``auto`` where bubblewrap does not work)
   grading runs only with ``--trusted``: the input must be trusted, because nothing keeps an
   answer from the network, the instructor's files or other students' feedback. It still
@@ -72,7 +102,10 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
   (the judge is a child subreaper; as root it runs in a PID namespace of its own or under a
   uid of its own whose processes are all killed), survives a killed judge, and hashes the
   repository (new files included) after every exercise: a change zeroes that exercise, is
-  undone, and is recorded as kind ``files``.
+  undone, and is recorded as kind ``files``. The exercise's cgroups still bound memory and
+  processes where the machine gives them (an answer running as root could leave them: one more
+  reason this mode is for trusted input only); files are bounded per file only (the working
+  copy is on the host's disk).
 
 - *The host side cannot be taken down.* An answer cell over 100,000 characters is refused
   unparsed, and one nested too deeply is a syntax error of its exercise; only regular files
@@ -85,8 +118,8 @@ Layout
 ------
 Host side: ``config`` (what to grade, the report's rows), ``grader`` (submissions, scores,
 the command line), ``report`` (``grades.csv``, ``grades.json``, feedback), ``text`` (strings
-from a submission, made safe), ``judges``
-(starting judges and speaking to them), ``sandbox`` (bubblewrap, setpriv, the file guard,
-uids). Inside the sandbox: ``inside/``. The student side (``course.checks``) is what the
+from a submission, made safe), ``judges`` (starting judges and speaking to them), ``sandbox``
+(bubblewrap's allow-list, setpriv, the file guard, uids), ``cgroups`` (an exercise's cgroups).
+Inside the sandbox: ``inside/``. The student side (``course.checks``) is what the
 exercise notebooks import.
 """

@@ -25,11 +25,13 @@ class GradingConfig:
                           "auto: bwrap if it works here", choices=("auto", "bwrap", "none"))
     trusted: bool = option(False, "the submissions are trusted: allows grading without the sandbox, "
                            "which does not protect the machine, the network or the report")
-    memory_mb: int = option(2048, "memory an exercise may add, MiB")
+    memory_mb: int = option(2048, "memory an exercise may add, MiB: all its processes together and its "
+                            "/dev/shm files where cgroups exist, else per process")
     cpu_seconds: int = option(120, "CPU seconds per process of an exercise")
-    processes: int = option(64, "processes an exercise may run at once")
+    processes: int = option(64, "processes (threads count) an exercise may run at once")
     open_files: int = option(256, "open files per process")
-    file_mb: int = option(64, "largest file (and output) an exercise may write, MiB")
+    file_mb: int = option(64, "files an exercise may write, MiB: each file (and its output), and in "
+                          "the sandbox all its files together")
 
     def __post_init__(self) -> None:
         self.repo = Path(self.repo) if self.repo else repo_root()

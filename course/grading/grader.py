@@ -19,12 +19,21 @@ from pathlib import Path
 
 import nbformat
 
-from common.cli import parse_config
+from common.cli import (
+    at_least,
+    fail,
+    finite,
+    is_dir,
+    is_dir_or_absent,
+    parse_dataclass_args,
+    positive,
+)
 from course.assignments import STUB, Exercise, exercises_of, instructor_sources
+from course.grading.cgroups import available
 from course.grading.config import GradingConfig, Integrity, Result
 from course.grading.inside.answer_rules import answer_problems
 from course.grading.inside.channel import MAX_MESSAGE
-from course.grading.judges import Run, may_drop, run_notebook
+from course.grading.judges import Run, allow_list, may_drop, run_notebook
 from course.grading.report import write_feedback, write_report
 from course.grading.sandbox import FileGuard, choose_sandbox
 from course.grading.text import shown
@@ -32,6 +41,11 @@ from course.grading.text import shown
 
 class SandboxRequired(RuntimeError):
     """The sandbox does not work (or was turned off) and the input was not declared trusted."""
+
+
+class CannotGrade(ValueError):
+    """What the instructor asked cannot be graded here (a notebook without a source, a private folder
+    the sandbox would show)."""
 
 
 def find_submissions(config: GradingConfig, names: list[str]) -> list[tuple[str, str, Path | None]]:
@@ -201,16 +215,25 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
     sources = {p.stem: p for p in instructor_sources(config.sources)}
     unknown = set(config.notebooks) - set(sources)
     if unknown:
-        raise ValueError(f"no instructor source for {sorted(unknown)} in {config.sources}")
+        raise CannotGrade(f"--notebooks: no instructor source for {', '.join(sorted(unknown))} in {config.sources}")
     sandbox, why = choose_sandbox(config.sandbox)
     if sandbox != "bwrap" and not config.trusted:
         raise SandboxRequired(f"{why}; without the sandbox, grading runs only with --trusted "
                               "(for submissions you trust; nothing protects the machine from them)")
+    if sandbox == "bwrap":
+        try:
+            allow_list(config)
+        except ValueError as error:
+            raise CannotGrade(str(error)) from None
     if sandbox != "bwrap":
         print(f"WARNING: {why}", file=sys.stderr, flush=True)
     # Under bubblewrap the repository and site-packages are read-only to the student: a change
     # there comes from outside (a maintainer's edit) and must be neither blamed nor undone.
     guard = _guard(config) if sandbox != "bwrap" else None
+    controllers = available()
+    limits = (f"memory and processes per exercise (cgroups: {', '.join(controllers)})" if controllers else
+              "memory and processes per process only: no cgroup can be made here (course/grading/__init__.py)")
+    limits += "; files per exercise (a tmpfs)" if sandbox == "bwrap" else "; files per file only"
     results: list[Result] = []
     integrity: list[Integrity] = []
     for student, name, path in find_submissions(config, list(sources)):
@@ -226,12 +249,18 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
     uid_note = "" if os.geteuid() != 0 or may_drop(config, sandbox) else \
         " (root, but the judges run as root: make the repository and Python readable by others)"
     info = {"sandbox": sandbox, "trusted": config.trusted, "sandbox_note": why + uid_note,
-            "integrity": [asdict(problem) for problem in integrity]}
+            "limits": limits, "integrity": [asdict(problem) for problem in integrity]}
     return results, info
 
 
 def _check(config: GradingConfig) -> dict[str, str]:
-    problems = {}
+    """Every value the grading would be meaningless with (a correct answer scoring zero), by flag."""
+    problems = {**is_dir(config, "sources", "repo"), **is_dir_or_absent(config, "out"),
+                **positive(config, "cpu_seconds", "processes", "file_mb"),
+                **at_least(config, 1, "timeout", "cell_timeout", why="seconds"),
+                **at_least(config, 64, "memory_mb", why="MiB: the checks need some"),
+                **at_least(config, 16, "open_files", why="Python needs some"),
+                **finite(config, "timeout", "cell_timeout")}
     if config.submissions is None or not Path(config.submissions).is_dir():
         problems["submissions"] = f"{config.submissions} is not a folder (one sub-folder per student)"
     if config.sandbox == "none" and not config.trusted:
@@ -241,8 +270,8 @@ def _check(config: GradingConfig) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    config = parse_config(GradingConfig, argv, description=__doc__.splitlines()[0],
-                          validate=_check)
+    config = parse_dataclass_args(GradingConfig, argv, description=__doc__.splitlines()[0],
+                                  validate=_check)
     config.submissions, config.out = config.submissions.resolve(), config.out.resolve()
     config.sources = config.sources.resolve()
     try:
@@ -250,8 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     except SandboxRequired as error:
         print(f"python -m course.grading: error: {error}", file=sys.stderr)
         return 2
+    except CannotGrade as error:
+        return fail(shown(error), prog="python -m course.grading")
     write_report(results, config.out, info)
     print(f"sandbox: {info['sandbox_note']}")
+    print(f"limits: {info['limits']}")
     if info["sandbox"] != "bwrap":
         print("graded WITHOUT the sandbox: the input was declared trusted (--trusted)")
     for problem in info["integrity"]:

@@ -1,8 +1,10 @@
 """Starting judges and speaking to them, from the grader's side of the sandbox.
 
 ``run_notebook`` starts a judge (``inside/judge.py``) in a fresh working copy, behind
-bubblewrap where it works and ``setpriv`` always (as root under a uid of its own), sends it
-the setup cells and exercises one request at a time, checks the repository after every
+bubblewrap where it works (``allow_list`` is what it shows) and ``setpriv`` always (as root
+under a uid of its own), sends it the setup cells and exercises one request at a time, puts
+each exercise's checker into cgroups of the exercise's own where the machine gives them
+(``cgroups``) and names the limit it hit, checks the repository after every
 reply when there is no sandbox, and starts a new judge for the exercises that are left when
 one is killed. Only the fields it knows are kept from each reply. The threat model is in
 ``course/grading/__init__.py``.
@@ -19,12 +21,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
+from course.grading.cgroups import Cgroups
 from course.grading.config import GradingConfig
 from course.grading.inside.channel import MAX_MESSAGE
 from course.grading.sandbox import (
+    SYSTEM,
+    WORKDIR,
     FileGuard,
     bwrap_prefix,
     judge_uid,
@@ -39,6 +47,8 @@ JUDGE = [sys.executable, "-s", "-c", "import sys; sys.path[:] = [p for p in sys.
 #: What the sandbox shows of the repository: the learner's package and what runs inside.
 EXPOSED = ("common", "pyproject.toml", "course/__init__.py", "course/checks.py", "course/assignments.py",
            "course/grading/__init__.py", "course/grading/inside")
+#: Room in the sandbox's working copy for the setup cells' files, beyond an exercise's ``--file-mb``.
+SETUP_MB = 128
 
 
 @dataclass
@@ -85,22 +95,65 @@ def _send(proc: subprocess.Popen, message: dict) -> bool:
     return True
 
 
+def _placement(proc: subprocess.Popen, buffer: bytearray, reply: dict | None, key: str,
+               place: Callable[[int], bool] | None, wait: float) -> dict | None:
+    """Answer the judge's ``place`` (put its checker into the exercise's cgroups); its next reply."""
+    if reply is None or reply.get("op") != "place" or reply.get("key") != key:
+        return reply
+    pid = reply.get("pid")
+    placed = place is not None and type(pid) is int and place(pid)
+    if not _send(proc, {"op": "placed", "key": key, "ok": bool(placed)}):
+        return None
+    return _readline(proc, buffer, wait)
+
+
 def exchange(proc: subprocess.Popen, buffer: bytearray, request: dict, config: GradingConfig,
-             deadline: float) -> dict | None:
+             deadline: float, place: Callable[[int], bool] | None = None) -> dict | None:
     """One request and its reply. An exercise goes in two steps: the answer, then (once the
-    judge says ``ready``: the answer's process exists) the check cell, which that process never sees."""
+    judge says ``ready``: the answer's process exists) the check cell, which that process never sees.
+    Before that, a judge with cgroups asks to have its checker placed (``place``, given a pid)."""
     if request["op"] != "exercise":
         ok = _send(proc, request)
         return _readline(proc, buffer, min(deadline, time.monotonic() + config.timeout)) if ok else None
     wait = min(deadline, time.monotonic() + config.cell_timeout + 30)
     if not _send(proc, {k: v for k, v in request.items() if k != "check"}):
         return None
-    reply = _readline(proc, buffer, wait)
+    reply = _placement(proc, buffer, _readline(proc, buffer, wait), request["key"], place, wait)
     if reply is None or reply.get("op") != "ready" or reply.get("key") != request["key"]:
         return reply
     if not _send(proc, {"op": "check", "key": request["key"], "check": request["check"]}):
         return None
     return _readline(proc, buffer, wait)
+
+
+def _host_pid(root: int, inner: int) -> int | None:
+    """The pid the host sees for ``inner``, a pid in the judge's PID namespace (``NSpid``'s last)."""
+    try:
+        children = psutil.Process(root).children(recursive=True)
+    except psutil.Error:
+        return None
+    for child in children:
+        try:
+            with open(f"/proc/{child.pid}/status", encoding="utf-8") as status:
+                ids = next(line.split()[1:] for line in status if line.startswith("NSpid:"))
+        except (OSError, StopIteration):
+            continue
+        if ids and int(ids[-1]) == inner:
+            return child.pid
+    return None
+
+
+def _placer(proc: subprocess.Popen, cgroups: Cgroups) -> Callable[[int], bool]:
+    def place(inner: int) -> bool:
+        pid = _host_pid(proc.pid, inner)
+        if pid is None:
+            return False
+        try:
+            cgroups.place(pid)
+        except OSError:
+            return False
+        return True
+    return place
 
 
 def _environment(workdir: Path, config: GradingConfig) -> dict[str, str]:
@@ -113,30 +166,32 @@ def _environment(workdir: Path, config: GradingConfig) -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join([str(config.repo), os.environ.get("PYTHONPATH", "")])}
 
 
-def _closed_ancestor(path: Path) -> Path | None:
-    """The highest folder above ``path`` that others cannot search (e.g. ``/root``), if any."""
-    return next((p for p in reversed(path.parents) if not p.stat().st_mode & 0o001), None)
+def allow_list(config: GradingConfig) -> list[Path]:
+    """What the sandbox shows read-only besides the system: the interpreter's prefixes and the
+    repository's ``EXPOSED`` parts.
+
+    Raises:
+        ValueError: The repository, the sources, the submissions or the report lies inside one of
+            them (or a system folder): the sandbox would show it.
+    """
+    pythons = {Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    pythons |= {p.resolve() for p in pythons}
+    for folder in (*pythons, *map(Path, SYSTEM)):
+        for private in (config.repo, config.sources, config.submissions, config.out):
+            if private is not None and Path(private).resolve().is_relative_to(folder.resolve()):
+                raise ValueError(f"{private} lies inside {folder}, which the sandbox shows to every "
+                                 "answer: move it elsewhere")
+    return sorted(pythons) + [config.repo / p for p in EXPOSED if (config.repo / p).exists()]
 
 
-def _prefix(workdir: Path, config: GradingConfig, sandbox: str, uid: int | None) -> list[str]:
+def _prefix(config: GradingConfig, sandbox: str, uid: int | None) -> list[str]:
     if sandbox != "bwrap":
         # Root with no uid to drop to: a PID namespace of its own, so that every process an answer
         # starts (double-forked daemons too) dies with the judge (setpriv drops its capabilities)
         if os.geteuid() == 0 and uid is None and shutil.which("unshare"):
             return ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
         return []
-    repo = config.repo.resolve()
-    pythons = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
-    roots = {repo, *(p for py in pythons for p in py.parents if (p / ".git").exists())}
-    # Folders others cannot search become empty (so a judge under its own uid gets through them).
-    roots |= {c for p in (repo, *pythons, workdir) if (c := _closed_ancestor(p))}
-    roots = {r for r in roots if not any(r != o and r.is_relative_to(o) for o in roots)}
-    hidden = sorted(roots) + [repo / "chapters"]
-    hidden += [p.resolve() for p in (config.sources, config.submissions, config.out)
-               if p.is_dir() and not any(p.resolve().is_relative_to(r) for r in roots)]
-    exposed = [repo / p for p in EXPOSED if (repo / p).exists()]
-    exposed += [p for p in pythons if any(p.is_relative_to(r) for r in roots)]
-    return bwrap_prefix(workdir, hidden, exposed, shm_mb=config.memory_mb)
+    return bwrap_prefix(allow_list(config), work_mb=config.file_mb + SETUP_MB, shm_mb=config.memory_mb)
 
 
 def _workdir(tmp: Path, uid: int | None) -> Path:
@@ -153,45 +208,62 @@ def _workdir(tmp: Path, uid: int | None) -> Path:
 def _judge(requests: list[dict], tmp: Path, config: GradingConfig, sandbox: str, uid: int | None,
            guard: FileGuard | None, run: Run) -> list[dict]:
     """Send requests to one judge until done or it dies; returns the requests left over."""
-    workdir = tmp / "work"
+    inside = WORKDIR if sandbox == "bwrap" else tmp / "work"
+    cgroups = Cgroups.create(config.memory_mb, config.processes)
     limits = {"repo": str(config.repo), "uid": uid, "cell_timeout": config.cell_timeout,
               "memory_mb": config.memory_mb, "cpu_seconds": config.cpu_seconds,
               "processes": config.processes, "open_files": config.open_files, "file_mb": config.file_mb,
-              "shm": "/dev/shm" if sandbox == "bwrap" else None}  # the sandbox's own: emptied per exercise
+              "shm": "/dev/shm" if sandbox == "bwrap" else None,  # the sandbox's own: emptied per exercise
+              "work_tmpfs": sandbox == "bwrap", "cgroups": sorted(cgroups.roots) if cgroups else []}
     deadline = time.monotonic() + config.timeout
-    with open(tmp / "judge.err", "wb") as errors:
-        proc = subprocess.Popen([*_prefix(workdir, config, sandbox, uid), *judge_command(limits)],
-                                cwd=workdir, env=_environment(workdir, config), stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=errors, start_new_session=True)
+    try:
+        with open(tmp / "judge.err", "wb") as errors:
+            proc = subprocess.Popen([*_prefix(config, sandbox, uid), *judge_command(limits)],
+                                    cwd=tmp if sandbox == "bwrap" else inside, env=_environment(inside, config),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+                                    start_new_session=True)
+        try:
+            return _serve(proc, requests, config, deadline, guard, run, cgroups)
+        finally:
+            _stop(proc, uid)
+    finally:
+        if cgroups is not None:
+            cgroups.remove()
+
+
+def _serve(proc: subprocess.Popen, requests: list[dict], config: GradingConfig, deadline: float,
+           guard: FileGuard | None, run: Run, cgroups: Cgroups | None) -> list[dict]:
+    """The requests, one at a time, each exercise in cgroups of its own; returns those left over."""
     buffer = bytearray()
     left = list(requests)
-    try:
-        while left:
-            request = left[0]
-            key = request.get("key", "(setup)")
-            reply = exchange(proc, buffer, request, config, deadline)
-            left.pop(0)
-            changes = guard.changes() if guard else []
-            if changes:
-                run.changes.setdefault(key, []).extend(changes)
-                guard.restore()
-            if reply is None:
-                why = ("the notebook ran out of time" if time.monotonic() >= deadline
-                       else "the checker process was killed or stopped answering")
-                run.fatal[key] = why
-                if request["op"] == "setup":  # nothing after a broken setup can be graded
-                    run.fatal.update({r["key"]: why for r in left if r["op"] == "exercise"})
-                    return []
+    place = _placer(proc, cgroups) if cgroups is not None else None
+    while left:
+        request = left.pop(0)
+        key = request.get("key", "(setup)")
+        exercise = request["op"] == "exercise" and cgroups is not None
+        if exercise:
+            cgroups.begin(key)
+        reply = exchange(proc, buffer, request, config, deadline, place)
+        hit = cgroups.end() if exercise else None
+        changes = guard.changes() if guard else []
+        if changes:
+            run.changes.setdefault(key, []).extend(changes)
+            guard.restore()
+        if reply is None:
+            why = hit or ("the notebook ran out of time" if time.monotonic() >= deadline
+                          else "the checker process was killed or stopped answering")
+            run.fatal[key] = why
+            if request["op"] == "setup":  # nothing after a broken setup can be graded
+                run.fatal.update({r["key"]: why for r in left if r["op"] == "exercise"})
+                return []
+            return left
+        if reply.get("op") == "setup" and reply.get("error"):
+            run.setup_errors[request["index"]] = str(reply["error"])[:MAX_MESSAGE]
+        elif reply.get("op") == "result" and reply.get("key") == key:
+            run.replies[key] = {**reply, "fatal": hit} if hit else reply
+            if reply.get("restart"):  # the judge stopped: the setup's files had been changed
                 return left
-            if reply.get("op") == "setup" and reply.get("error"):
-                run.setup_errors[request["index"]] = str(reply["error"])[:MAX_MESSAGE]
-            elif reply.get("op") == "result" and reply.get("key") == key:
-                run.replies[key] = reply
-                if reply.get("restart"):  # the judge stopped: the setup's files had been changed
-                    return left
-        return []
-    finally:
-        _stop(proc, uid)
+    return []
 
 
 def _stop(proc: subprocess.Popen, uid: int | None) -> None:
@@ -218,7 +290,8 @@ def run_notebook(requests: list[dict], student: str, config: GradingConfig, sand
     while left:
         uid = judge_uid() if may_drop(config, sandbox) else None
         with tempfile.TemporaryDirectory(prefix=f"grade-{student}-") as tmp:
-            _workdir(Path(tmp), uid)
+            if sandbox != "bwrap":  # the sandbox's working copy is a tmpfs of its own
+                _workdir(Path(tmp), uid)
             left = _judge(left, Path(tmp), config, sandbox, uid, guard, run)
         exercises = [r for r in left if r["op"] == "exercise"]
         # A new judge: the setup cells again, then the exercises after the one that killed the last.

@@ -1,9 +1,10 @@
 """Contain untrusted notebook code, host side: bubblewrap, setpriv, a file guard, uids of its own.
 
 ``choose_sandbox`` decides whether bubblewrap works on this machine; ``bwrap_prefix`` is the
-command line that makes the whole machine read-only except one working copy, hides chosen
-folders (putting chosen parts back read-only) and gives the code no network and no view of other
-processes; ``setpriv_prefix`` sets the judge's privileges on its command line. ``FileGuard``
+command line of a sandbox built from an allow-list (the system's library folders, the interpreter,
+``common/`` and what runs inside, read-only; a size-capped working copy and ``/dev/shm``; nothing
+else), with no network and no view of other processes; ``setpriv_prefix`` sets the judge's
+privileges on its command line. ``FileGuard``
 snapshots files (bytes and sha256, new files included) so that any change made by the code
 can be reported and undone. As root, ``judge_uid`` hands each judge a uid nobody else uses and
 ``kill_uid`` ends all its processes. ``judges`` uses them; the threat model is in
@@ -20,7 +21,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import tempfile
 from pathlib import Path
 
 import psutil
@@ -86,34 +86,75 @@ def _regular(path: Path) -> bool:
         return False
 
 
-def bwrap_prefix(workdir: Path, hidden: list[Path], exposed: list[Path] = (),
-                 shm_mb: int | None = None) -> list[str]:
-    """The bubblewrap command line: everything read-only, ``workdir`` writable, ``hidden`` empty.
+#: System folders the interpreter and its libraries need, read-only where they exist; a link (``/lib ->
+#: usr/lib`` on a merged-/usr system) is made again as the same link.
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+#: What of ``/etc`` they need: the dynamic linker's cache (libraries in multiarch folders), name
+#: resolution of ``localhost`` (torch.distributed's rendezvous), the time zone, fonts, ``alternatives``
+#: links. No ``passwd``: the user of the sandbox is named by ``USER``, and HOME is set.
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "hosts", "nsswitch.conf", "host.conf", "gai.conf",
+       "localtime", "fonts", "alternatives")
+#: The working copy inside the sandbox, and its private ``/tmp``: a tmpfs of its own holding HOME
+#: (``home``), ``tmp`` (``TMPDIR``) and ``data``; everything an exercise may write lands on it, so its
+#: size is a disk limit. Allowed folders that lie below ``/tmp`` on the host are bound onto it, read-only.
+WORKDIR = Path("/tmp")
+#: The uid inside the sandbox when the grader is not root (bubblewrap's user namespace maps it to the
+#: grader's uid: the kernel still checks files against that uid, so what is not mounted is the protection).
+SANDBOX_UID = 1_499_999_999
 
-    ``exposed`` are put back read-only inside hidden folders (e.g. ``common/`` inside the hidden
-    repository). No network (a namespace of its own with only loopback), no view of other
-    processes, and every process ends with the sandbox. ``/dev/shm`` is a tmpfs of its own, of
-    at most ``shm_mb`` MiB: its files are memory that no process's limit counts.
-    """
-    # /dev/shm writable by the judge's own uid: DataLoader workers pass batches through it.
-    size = ["--size", str(shm_mb * 2**20)] if shm_mb else []
-    args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--perms", "1777", *size, "--tmpfs", "/dev/shm"]
-    for path in hidden:
-        args += ["--tmpfs", str(path)]
+
+def _parents(path: Path, made: set[Path], bound: list[Path]) -> list[str]:
+    """``--dir`` for each folder leading to ``path`` (0755: bubblewrap would make them 0700)."""
+    args = []
+    for parent in reversed(path.parents):
+        if parent != Path("/") and parent not in made and not any(parent.is_relative_to(b) for b in bound):
+            args += ["--perms", "0755", "--dir", str(parent)]
+            made.add(parent)
+    return args
+
+
+def _binds(readable: list[Path]) -> list[str]:
+    """Read-only binds of the system folders, ``/etc``'s pieces and ``readable`` (each once)."""
+    args: list[str] = []
+    bound: list[Path] = []
     made: set[Path] = set()
-    for path in exposed:
-        # bubblewrap would make the folders leading to a mount point 0700: others could not pass.
-        for parent in reversed(Path(path).parents):
-            if parent not in made and any(parent.is_relative_to(h) and parent != Path(h) for h in hidden):
-                args += ["--perms", "0755", "--dir", str(parent)]
-                made.add(parent)
-        args += ["--ro-bind", str(path), str(path)]
-    if os.geteuid() != 0:  # root keeps its uid to hand each judge a uid of its own
-        args.append("--unshare-user")
-    return args + ["--bind", str(workdir), str(workdir), "--unshare-pid", "--unshare-ipc",
-                   "--unshare-net", "--unshare-uts", "--die-with-parent", "--new-session",
-                   "--chdir", str(workdir), "--"]
+    etc = [Path("/etc", name) for name in ETC]
+    for path in [*map(Path, SYSTEM), *etc, *sorted({Path(p) for p in readable})]:
+        if any(path.is_relative_to(b) for b in bound) or not (path.exists() or path.is_symlink()):
+            continue
+        args += _parents(path, made, bound)
+        if path.is_symlink() and path.parent == Path("/"):
+            args += ["--symlink", os.readlink(path), str(path)]
+        else:
+            args += ["--ro-bind", str(path), str(path)]
+        bound.append(path)
+    return args
+
+
+def bwrap_prefix(readable: list[Path], *, work_mb: int, shm_mb: int) -> list[str]:
+    """The bubblewrap command line, built from an allow-list: nothing but these is in the sandbox.
+
+    Read-only: the system folders (``SYSTEM``), ``/etc``'s pieces in ``ETC`` and ``readable`` (the
+    interpreter's prefixes, ``common/``, what runs inside). Writable: the working copy ``WORKDIR``
+    (``/tmp``), a tmpfs of ``work_mb`` MiB holding HOME, ``tmp`` and ``data``, and ``/dev/shm``, a
+    tmpfs of ``shm_mb`` MiB (its files are memory). Everything else is absent: the repository, the
+    submissions, the report, other users' and the grader's home. No network (only a loopback of its
+    own), its own PID namespace (everything ends with it). As root the uid stays root for the judge's
+    ``setpriv`` to drop to a uid of its own; otherwise a user namespace runs it as ``SANDBOX_UID``.
+
+    Raises:
+        ValueError: A readable folder would cover the working copy.
+    """
+    for path in readable:
+        if WORKDIR.is_relative_to(path):
+            raise ValueError(f"{path} would cover the sandbox's working copy {WORKDIR}")
+    user = [] if os.geteuid() == 0 else ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    work = [a for sub in ("home", "tmp", "data") for a in ("--perms", "0777", "--dir", str(WORKDIR / sub))]
+    return ["bwrap", *user, "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts",
+            "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--size", str(shm_mb * 2**20), "--tmpfs", "/dev/shm",
+            "--perms", "1777", "--size", str(work_mb * 2**20), "--tmpfs", str(WORKDIR), *work,
+            *_binds(readable), "--chdir", str(WORKDIR), "--"]
 
 
 def setpriv_prefix(uid: int | None) -> list[str]:
@@ -142,12 +183,14 @@ def choose_sandbox(mode: str) -> tuple[str, str]:
     if shutil.which("bwrap") is None:
         why = "bwrap not found (apt-get install bubblewrap)"
     else:
-        with tempfile.TemporaryDirectory() as probe:
-            command = [*bwrap_prefix(Path(probe), []), "true"]
-            done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+        command = [*bwrap_prefix([], work_mb=1, shm_mb=1), "true"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
         if done.returncode == 0:
-            return "bwrap", ("bubblewrap: read-only machine, no network, repository and submissions hidden, "
-                              "writable working copy")
+            who = ("a uid of its own" if os.geteuid() == 0 else
+                   f"uid {SANDBOX_UID} in a user namespace (files are checked against your uid: "
+                   "only what is mounted can be read)")
+            return "bwrap", ("bubblewrap: an allow-list (the interpreter, common/ and a working copy of "
+                              f"its own in sight, nothing else), no network, {who}")
         why = f"bwrap does not work here: {done.stderr.strip()[:200]}"
     if mode == "bwrap":
         raise RuntimeError(why)

@@ -11,11 +11,8 @@ import matplotlib.image
 import pandas as pd
 import pytest
 
-from common.fast.benchmark import (
-    COLUMNS,
-    GUIDE,
-    LIMIT,
-)
+from common.fast.benchmark import GUIDE, LIMIT
+from common.fast.timing import COLUMNS
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""Tests for common/cli.py, and `--help` of every entry point the README or Makefile names — the tests that start processes (the rest: tests/unit/test_cli.py)."""
+"""Tests for common/cli.py, and `--help` of every entry point the code defines — the tests that start
+processes (the rest: tests/unit/test_cli.py)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,9 @@ import torch
 from common.ddp.config import TINY, TrainConfig, parse_config
 from common.ddp.data import build_loaders
 from common.ddp.launch import free_port, launch_env, run_command, torchrun_command
+from common.ddp.optim import build_scheduler, rebuild_scheduler
 from common.ddp.process_group import DistInfo
-from common.ddp.train import build_scheduler, main, rebuild_scheduler
+from common.ddp.train import main
 from common.synthetic import SyntheticConfig, ensure_data
 from common.transforms import IMAGENET_STD
 

@@ -1,5 +1,6 @@
 """Tests for common/fsdp/train.py: FSDP equals one process, memory, resharding, restarts,
-``--compile``, ``--async-save``, the ``StatefulDataLoader`` state in the checkpoint.
+``--compile``, ``--async-save``, the ``StatefulDataLoader`` state in the checkpoint; the resume
+contract on 2 ranks and an elastic guest with other settings (the rest: tests/unit/test_fsdp_*).
 
 Multi-process tests launch ``torchrun`` as a subprocess with the gloo backend on the CPU.
 The tiny run: 48 images, global batch 12, 4 steps per epoch, 2 epochs, AdamW.
@@ -8,12 +9,13 @@ The tiny run: 48 images, global batch 12, 4 steps per epoch, 2 epochs, AdamW.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
 import torch
 
-from common.ddp.launch import run_command, torchrun_command
+from common.ddp.launch import free_port, run_command, torchrun_command
 from common.fsdp.checkpoint import (
     async_save_checkpoint,
     checkpoint_dirs,
@@ -22,6 +24,7 @@ from common.fsdp.checkpoint import (
     save_checkpoint,
 )
 from common.fsdp.config import TINY, parse_config
+from common.fsdp.elastic import elastic_command, join_later
 from common.fsdp.train import main
 from common.synthetic import SyntheticConfig, ensure_data
 
@@ -172,3 +175,45 @@ def test_sigkill_in_a_save_restarts_from_the_previous_checkpoint(data48, one_pro
     assert [p.name for p in checkpoint_dirs(tmp_path / "ckpt")] == ["step-000006", "step-000008"]
     assert not list((tmp_path / "ckpt").glob(".*.tmp"))
     _assert_close(tmp_path, one_process, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.slow
+def test_two_rank_resume_refuses_other_settings_on_every_rank_and_allows_workers(
+        data48, two_ranks, one_process, tmp_path):
+    # The step-6 checkpoint of 2 ranks (mid-epoch 2, each rank's loader state in it), resumed
+    # on 2 ranks: with --seed 5 both ranks refuse before anything is loaded (none hangs in a
+    # collective); with --num-workers 2 the saved states (of loaders without workers) are
+    # not used, the position is, and the run ends at the uninterrupted weights.
+    (tmp_path / "ckpt").mkdir()
+    shutil.copytree(two_ranks / "ckpt" / "step-000006", tmp_path / "ckpt" / "step-000006")
+    with pytest.raises(RuntimeError) as refused:
+        _torchrun(data48, tmp_path, "--seed", "5")
+    for rank in (0, 1):
+        assert f"rank {rank}: error: checkpoint {tmp_path / 'ckpt' / 'step-000006'} was " \
+            "written by a run with other settings (checkpoint -> now): --seed 0 -> 5" \
+            in str(refused.value)
+    assert not (tmp_path / "log.jsonl").exists() or not _records(tmp_path, "resume")
+    _torchrun(data48, tmp_path, "--num-workers", "2")
+    assert [(r["step"], r["loader"]) for r in _records(tmp_path, "resume")] == [
+        (6, "sampler position")]
+    _assert_close(tmp_path, one_process, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.slow
+def test_an_elastic_guest_with_other_settings_is_refused_by_name_not_hung(data48, tmp_path):
+    # The host agent runs alone (world size 1); after its step-1 checkpoint a guest agent
+    # joins with --seed 5. The new group of 2 checks its ranks' settings first thing: both
+    # ranks stop, naming the flag, and both agents exit (max-restarts 0) within the timeout.
+    options = {"endpoint": f"127.0.0.1:{free_port()}", "max_restarts": 0}
+    host = elastic_command("common.fsdp.train", _args(data48, tmp_path, "--checkpoint-every",
+                                                      "1", "--step-delay", "3"), **options)
+    guest = elastic_command("common.fsdp.train", _args(data48, tmp_path, "--checkpoint-every",
+                                                       "1", "--step-delay", "3", "--seed", "5"),
+                            **options)
+    joined = join_later(host, tmp_path / "log.jsonl", after_step=1, guest=guest, check=False,
+                        timeout=150)
+    assert all(code != 0 for code in joined.returncodes), joined.outputs
+    output = "\n".join(joined.outputs)
+    assert "the ranks of this job were started with other settings than rank 0" in output
+    assert re.search(r"--seed (0 / 5|5 / 0)", output), output[-3000:]
+    assert [r["world_size"] for r in _records(tmp_path, "start")] == [1]  # no group of 2 trained

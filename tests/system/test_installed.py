@@ -8,6 +8,8 @@ processed). Chapters 01, 02_1 and 04_1 are copied into an empty folder and run t
 by a kernel of the new interpreter, with ``HOME`` in ``tmp_path`` (so the data is generated
 under ``~/.cache/torch-pipelines-companion`` there), under the network guard of ``make test``
 and a write guard (tests/writeguard) that logs any write into the checkout from any process.
+This is those chapters' run in ``make test`` (the Makefile's ``WHEEL_CHAPTERS`` leaves them out of
+nbval), so cells marked ``# NBVAL_CHECK_OUTPUT`` must print what they stored, as under nbval.
 """
 
 from __future__ import annotations
@@ -81,7 +83,17 @@ def _env(tmp_path: Path, guard_root: Path) -> dict[str, str]:
             "COMPANION_WRITEGUARD_ROOT": str(guard_root),
             "COMPANION_WRITEGUARD_LOG": str(tmp_path / "writeguard.log")}
     env.pop("XDG_CACHE_HOME", None)
+    if os.environ.get("COMPANION_QUICK"):  # make test's tiny sizes (common/quick.py)
+        env["COMPANION_QUICK"] = os.environ["COMPANION_QUICK"]
     return env
+
+
+def _checked_outputs(nb: nbformat.NotebookNode) -> list[tuple[int, str]]:
+    """The text outputs of the cells nbval would compare (``# NBVAL_CHECK_OUTPUT``)."""
+    return [(i, "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "")
+                        for o in cell.get("outputs", [])))
+            for i, cell in enumerate(nb.cells)
+            if cell.cell_type == "code" and cell.source.startswith("# NBVAL_CHECK_OUTPUT")]
 
 
 def test_the_wheel_is_what_the_new_venv_imports(installed, tmp_path):
@@ -147,11 +159,13 @@ def test_chapters_run_from_the_installed_package_in_an_empty_folder(installed, t
     timings = {}
     for stem in CHAPTERS:
         nb = nbformat.read(work / f"{stem}.ipynb", as_version=4)
+        stored = _checked_outputs(nb)
         nb.cells.append(nbformat.v4.new_code_cell(PROBE))
         start = time.perf_counter()
         NotebookClient(nb, km=_kernel(tmp_path / stem, installed), timeout=300,
                        resources={"metadata": {"path": str(work)}}).execute(env=env)
         timings[stem] = time.perf_counter() - start
+        assert _checked_outputs(nb) == stored, f"{stem}: a # NBVAL_CHECK_OUTPUT cell printed otherwise"
         common_file, repo, data = nb.cells[-1].outputs[0]["text"].split()
         assert Path(common_file).is_relative_to(installed.parent.parent), common_file
         assert repo == "None" and data == str(tmp_path / "home" / ".cache" /

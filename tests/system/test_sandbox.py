@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
-from course.grading.sandbox import FileGuard, bwrap_prefix, choose_sandbox, setpriv_prefix
+from course.grading.cgroups import Cgroups
+from course.grading.sandbox import WORKDIR, FileGuard, bwrap_prefix, choose_sandbox, setpriv_prefix
+
+REPO = Path(__file__).resolve().parents[2]
+#: The interpreter running the tests, and what the sandbox must show for it to run there.
+PYTHON = [Path(sys.prefix), Path(sys.base_prefix)]
 
 
 def test_file_guard_reports_and_undoes_every_kind_of_change(tmp_path):
@@ -37,34 +45,124 @@ def test_choose_sandbox_falls_back_or_refuses():
             choose_sandbox("bwrap")
 
 
-def test_bwrap_prefix_hides_folders_and_binds_only_the_working_copy(tmp_path):
-    work, hidden = tmp_path / "work", tmp_path / "secret"
-    prefix = bwrap_prefix(work, [hidden])
+def test_bwrap_prefix_is_an_allow_list(tmp_path):
+    shown = tmp_path / "shown"
+    shown.mkdir()
+    prefix = bwrap_prefix([shown, tmp_path / "missing"], work_mb=8, shm_mb=4)
     assert prefix[0] == "bwrap" and prefix[-1] == "--"
-    assert prefix[prefix.index(str(hidden)) - 1] == "--tmpfs", "a hidden folder is an empty tmpfs"
-    assert prefix[prefix.index("--bind"):][:3] == ["--bind", str(work), str(work)]
-    assert prefix.count("--bind") == 1, "only the working copy may be writable"
+    assert "--bind" not in prefix, "nothing of the machine is writable"
+    bound = [prefix[i + 1] for i, arg in enumerate(prefix) if arg == "--ro-bind"]
+    assert "/" not in bound and str(shown) in bound and "/usr" in bound, bound
+    assert str(tmp_path / "missing") not in prefix, "what does not exist is not made"
+    work = prefix.index(str(WORKDIR))
+    assert prefix[work - 3:work] == ["--size", str(8 * 2**20), "--tmpfs"], "the working copy is a bounded tmpfs"
+    assert prefix[prefix.index("/dev/shm") - 3:prefix.index("/dev/shm")] == ["--size", str(4 * 2**20), "--tmpfs"]
+    assert ("--unshare-user" in prefix) == (os.geteuid() != 0), "a user namespace unless root (setpriv then)"
+    with pytest.raises(ValueError, match="working copy"):
+        bwrap_prefix([Path("/")], work_mb=8, shm_mb=4)
+
+
+#: Run inside the sandbox by the next test: what it can see, read and write.
+_LOOK = """
+import os, sys
+shown, secret = sys.argv[1:3]
+print(sorted(os.listdir(os.path.dirname(shown))))
+print(open(os.path.join(shown, "kept.txt")).read())
+for path, mode in ((secret, "r"), (os.path.join(shown, "kept.txt"), "a")):
+    try:
+        open(path, mode).write("changed") if mode == "a" else print(open(path).read())
+    except OSError as error:
+        print(type(error).__name__)
+open("x", "w").write("x")
+print(os.getcwd(), sorted(n for n in os.listdir("/tmp") if not shown.startswith("/tmp/" + n)))
+"""
 
 
 @pytest.mark.skipif(choose_sandbox("auto")[0] != "bwrap", reason="bubblewrap does not work here")
-def test_bwrap_makes_everything_but_the_working_copy_read_only(tmp_path):
-    work, hidden, elsewhere = tmp_path / "work", tmp_path / "hidden", tmp_path / "elsewhere.txt"
-    work.mkdir()
-    hidden.mkdir()
-    (hidden / "kept.txt").write_text("kept")
-    script = "\n".join([
-        "from pathlib import Path",
-        f"Path({str(work)!r}, 'ok.txt').write_text('ok')",
-        f"print(sorted(p.name for p in Path({str(hidden)!r}).iterdir()))",
-        f"Path({str(hidden)!r}, 'kept.txt').write_text('changed')  # lands in a throwaway tmpfs",
-        f"Path({str(elsewhere)!r}).write_text('escaped')",
-    ])
-    done = subprocess.run([*bwrap_prefix(work, [hidden]), "python3", "-c", script],
-                          capture_output=True, text=True, timeout=60, check=False)
-    assert (work / "ok.txt").read_text() == "ok", done.stderr
-    assert done.stdout.strip() == "[]", "a hidden folder must look empty inside the sandbox"
-    assert done.returncode != 0 and "Read-only file system" in done.stderr, done.stderr
-    assert (hidden / "kept.txt").read_text() == "kept" and not elsewhere.exists()
+def test_bwrap_shows_only_the_allow_list_read_only(tmp_path):
+    shown, secret = tmp_path / "shown", tmp_path / "secret.txt"
+    shown.mkdir()
+    (shown / "kept.txt").write_text("kept")
+    secret.write_text("the instructor's")
+    done = subprocess.run([*bwrap_prefix([shown, *PYTHON], work_mb=8, shm_mb=4), sys.executable, "-c", _LOOK, str(shown),
+                           str(secret)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["['shown']", "kept"], "only the allowed folder is there, read-only"
+    assert lines[2:4] == ["FileNotFoundError", "OSError"], lines
+    assert lines[4] == f"{WORKDIR} ['data', 'home', 'tmp', 'x']", "/tmp is the working copy, private"
+    assert secret.read_text() == "the instructor's" and (shown / "kept.txt").read_text() == "kept"
+
+
+_FILL = """
+import os, sys
+space = {}
+exec(open(sys.argv[1]).read(), space)
+reserve = space["Reserve"]("/tmp", 8)
+open("/tmp/setup.bin", "wb").write(bytes(5 * 2**20))  # the setup's files, before the exercises
+for _ in range(2):  # two exercises: each may write 8 MiB, through /tmp and HOME too
+    reserve.refill()
+    written = 0
+    try:
+        for i in range(40):
+            with open(("/tmp/tmp", "/tmp/home")[i % 2] + f"/f{i}", "wb") as out:
+                out.write(bytes(2**20))
+            written += 1
+    except OSError as error:
+        print(written, space["filled"]("/tmp"), error.errno)
+    for folder in ("/tmp/tmp", "/tmp/home"):
+        for name in os.listdir(folder):
+            os.unlink(os.path.join(folder, name))
+"""
+
+
+@pytest.mark.skipif(choose_sandbox("auto")[0] != "bwrap", reason="bubblewrap does not work here")
+def test_each_exercise_may_write_exactly_its_files_worth_whatever_the_setup_left(tmp_path):
+    """300 MiB on disk went through many files under --file-mb 32: the working copy is a tmpfs now,
+    and before each exercise the judge reserves all but --file-mb of what is free (inside/space.py)."""
+    inside = REPO / "course" / "grading" / "inside"
+    done = subprocess.run([*bwrap_prefix([inside, *PYTHON], work_mb=40, shm_mb=4), sys.executable, "-c", _FILL,
+                           str(inside / "space.py")], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["7", "True", str(errno.ENOSPC)] * 2 or \
+        done.stdout.split() == ["8", "True", str(errno.ENOSPC)] * 2, done.stdout
+
+
+_GREEDY = """
+import os, sys, time
+sys.stdin.readline()  # placed
+for _ in range(10):  # 10 x 40 MiB, and more processes than allowed
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        block = bytearray(40 * 2**20)
+        block[::4096] = b"\\1" * len(range(0, len(block), 4096))
+        time.sleep(5)
+        os._exit(0)
+time.sleep(3)
+"""
+
+
+def test_an_exercises_cgroup_bounds_its_processes_together_and_names_each_hit():
+    cgroups = Cgroups.create(memory_mb=100, processes=4)
+    if cgroups is None:
+        pytest.skip("no cgroup can be made here (an ordinary user on cgroup v1): limits are per process")
+    try:
+        hits = []
+        for key, script in (("greedy", _GREEDY), ("modest", "import sys; sys.stdin.readline(); x = bytes(2**24)")):
+            cgroups.begin(key)
+            child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, text=True)
+            cgroups.place(child.pid)
+            child.communicate("go\n", timeout=60)
+            hits.append(cgroups.end())
+    finally:
+        cgroups.remove()
+    assert "the memory limit of 100 MiB for the exercise was reached" in hits[0], hits
+    assert "the process limit of 4 for the exercise was reached" in hits[0], hits
+    assert hits[1] is None, "the next exercise starts with fresh counters"
+    assert not any(root.exists() for _, root in cgroups.roots.values()), "removed"
 
 
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is not installed")
@@ -107,15 +205,13 @@ def test_the_file_guard_reads_only_regular_files_and_a_fifo_does_not_block_it(tm
 
 
 @pytest.mark.skipif(choose_sandbox("auto")[0] != "bwrap", reason="bubblewrap does not work here")
-def test_the_sandboxs_dev_shm_is_bounded(tmp_path):
+def test_the_sandboxs_dev_shm_is_bounded():
     """Files in /dev/shm are memory no process limit counts: 300 MiB fitted there under --memory-mb 200."""
-    work = tmp_path / "work"
-    work.mkdir()
     script = ("import errno\nwritten = 0\ntry:\n    with open('/dev/shm/fill', 'wb') as f:\n"
               "        for _ in range(64):\n            f.write(bytes(2**20))\n            f.flush()\n"
               "            written += 1\nexcept OSError as error:\n    assert error.errno == errno.ENOSPC\n"
               "print(written)")
-    done = subprocess.run([*bwrap_prefix(work, [], shm_mb=16), "python3", "-c", script],
+    done = subprocess.run([*bwrap_prefix(PYTHON, work_mb=8, shm_mb=16), sys.executable, "-c", script],
                           capture_output=True, text=True, check=False, timeout=60)
     assert done.returncode == 0, done.stderr
     assert 8 <= int(done.stdout) <= 16, done.stdout

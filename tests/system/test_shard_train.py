@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from common.data import CustomImageDataset
+from common.ddp.snapshot import read_snapshot
 from common.shards import train as shard_train
 from common.shards import write_shards
 
@@ -38,11 +39,11 @@ def test_single_process_run(tiny_shards):
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["pad", "drop"])
 def test_two_ranks_uneven_shards_equal_batches(tiny_shards, tmp_path, policy):
-    out = tmp_path / "run.json"
+    out, snapshot = tmp_path / "run.json", tmp_path / "snap.pt"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node=2", "-m", "common.shards.train", "--tiny",
                "--shards", str(tiny_shards / "train"), "--val-shards", str(tiny_shards / "val"),
-               "--equalize", policy, "--out", str(out)]
+               "--equalize", policy, "--out", str(out), "--snapshot", str(snapshot)]
     # A rank that runs out of batches first would leave the other waiting forever: on a
     # timeout, kill torchrun *and* its ranks (they share the new session's process group).
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -61,3 +62,6 @@ def test_two_ranks_uneven_shards_equal_batches(tiny_shards, tmp_path, policy):
         assert batches[0] == batches[1] > 0 and samples[0] == samples[1]
         assert sum(samples) > 24 if policy == "pad" else sum(samples) < 24
     assert "batches per rank" in stdout
+    saved = read_snapshot(snapshot)  # written by rank 0, with both ranks' RNG states
+    assert saved["epoch"] == 2 and len(saved["rng"]) == 2
+    assert sorted(saved["identity"])[0] == "--shards shard-000000.tar"

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from common import ShardedImageDataset
+from common.shards import ShardedImageDataset
 from common.transforms import ClassicEvalPreset
 from tests.unit.test_shards import _consume, _pixel_hash, source, source_multiset, uneven  # noqa: F401
 

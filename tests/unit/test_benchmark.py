@@ -9,17 +9,9 @@ import pytest
 import torch
 
 from common.fast import costs
-from common.fast.benchmark import (
-    COLUMNS,
-    GUIDE,
-    LIMIT,
-    MemoryBatches,
-    Result,
-    summarize,
-    time_epochs,
-    verdict,
-)
+from common.fast.benchmark import GUIDE, LIMIT, MemoryBatches, verdict
 from common.fast.costs import cache_payoff, epochs_curve, formulations
+from common.fast.timing import COLUMNS, Result, summarize, time_epochs
 
 
 def test_cache_payoff_counts_build_and_open():

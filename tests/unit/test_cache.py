@@ -6,6 +6,9 @@ import json
 import os
 import pickle
 import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -22,6 +25,7 @@ from common.fast.cache import (
     open_cache,
     verify_cache,
 )
+from common.fast.cache_files import manifest_digest
 from common.fast.pipeline import BatchNormalize, CacheLoader
 from common.transforms import ClassicEvalPreset
 
@@ -138,8 +142,8 @@ def test_opening_an_intact_cache_hashes_only_the_annotations_file(source, tmp_pa
     root = tmp_path / "cache"
     ensure_cache(source, root, indices=range(8), verbose=False)
     hashed = []
-    real = cache_module._sha256_file
-    monkeypatch.setattr(cache_module, "_sha256_file", lambda path: hashed.append(path) or real(path))
+    real = cache_module.sha256_of
+    monkeypatch.setattr(cache_module, "sha256_of", lambda path: hashed.append(path) or real(path))
     monkeypatch.setattr(cache_module, "source_fingerprint", _refuse)
     ensure_cache(source, root, indices=range(8), verbose=False)
     CachedImageDataset(root, check=True)
@@ -210,3 +214,73 @@ def test_transform_runs_on_each_uint8_sample(source, tmp_path):
 class _FlipWidth:
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
         return image.flip(-1)
+
+
+# --- a manifest that lies about the files, and builders that race ----------------------
+
+def _edit_manifest(root, **changes) -> None:
+    """Change manifest entries and recompute its digest (what a careful editor would do)."""
+    manifest = json.loads((root / "manifest.json").read_text())
+    for key, value in changes.items():
+        if key == "crop_size":
+            manifest["config"]["crop_size"] = value
+        else:
+            manifest[key] = value
+    manifest["digest"] = manifest_digest(manifest)
+    (root / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"shape": [4, 3, 16, 16], "crop_size": 16},
+     r"shape \(4, 3, 16, 16\) needs 3,072 bytes of uint8, but images\.u8 holds 12,288"),
+    ({"shape": [9, 3, 32, 32]}, r"shape \(9, 3, 32, 32\) needs 27,648 bytes of uint8, but "
+                                r"images\.u8 holds 12,288"),
+    ({"shape": [16, 3, 16, 16], "crop_size": 16},
+     r"shape \(16, 3, 16, 16\) means 16 images, but labels\.npy holds int64 \(4,\), not int64 "
+     r"\(16,\)"),
+    ({"shape": [4, 3, 32, 16]}, r"shape \[4, 3, 32, 16\] is not \[N, 3, 32, 32\]"),
+    ({"dtype": "float32"}, r"dtype 'float32', expected 'uint8'"),
+])
+def test_a_manifest_that_does_not_fit_its_files_is_refused(source, tmp_path, changes, message):
+    root = tmp_path / "cache"
+    ensure_cache(source, root, CacheConfig(36, 32), indices=range(4), verbose=False)
+    _edit_manifest(root, **changes)
+    for opening in (open_cache, CachedImageDataset):
+        with pytest.raises(CacheError, match=message) as error:
+            opening(root)
+        assert "manifest.json" in str(error.value) and "\n" not in str(error.value)
+    assert ensure_cache(source, root, CacheConfig(36, 32), indices=range(4),
+                        verbose=False).images.shape == (4, 3, 32, 32)  # rebuilt
+    assert verify_cache(root, full=True) == []
+
+
+def test_an_unchecked_open_of_a_lying_manifest_is_one_cache_error(source, tmp_path):
+    root = tmp_path / "cache"
+    ensure_cache(source, root, CacheConfig(36, 32), indices=range(4), verbose=False)
+    _edit_manifest(root, shape=[9, 3, 32, 32])
+    with pytest.raises(CacheError, match=r"cache at .*cache: cannot map images\.u8 as "
+                                         r"\[9, 3, 32, 32\]"):
+        open_cache(root, check=False)
+
+
+def test_two_builders_of_one_cold_cache_take_turns(source, tmp_path, monkeypatch, capsys):
+    root = tmp_path / "cache"
+    real = cache_module.source_stats
+
+    def slow(*args):  # hold the build open between its first file and its manifest
+        time.sleep(0.3)
+        return real(*args)
+
+    monkeypatch.setattr(cache_module, "source_stats", slow)
+    start = threading.Barrier(2)
+
+    def build(_):
+        start.wait()  # both look at the cold cache at once
+        return ensure_cache(source, root, CacheConfig(36, 32), indices=range(4))
+
+    with ThreadPoolExecutor(2) as pool:
+        caches = list(pool.map(build, range(2)))  # an error in either is raised here
+    out = capsys.readouterr().out
+    assert out.count("Building cache") == 1 and out.count("Cache OK") == 1  # waited, then used
+    assert np.array_equal(caches[0].images, caches[1].images)
+    assert (root / ".build.lock").is_file() and verify_cache(root, full=True) == []

@@ -1,7 +1,8 @@
-"""Tests for common/cli.py, and `--help` of every entry point the README or Makefile names."""
+"""Tests for common/cli.py, and `--help` of every entry point the code defines."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import runpy
 import sys
@@ -11,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from common.cli import non_negative, option, parse_config, positive
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    from pip._vendor import tomli as tomllib
+
+from common.cli import non_negative, option, parse_dataclass_args, positive
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,8 +36,9 @@ PRESETS = {"tiny": {"num_epochs": 1, "lr": 0.5}}
 
 
 def _parse(*argv: str) -> Demo:
-    return parse_config(Demo, argv, description="demo", presets=PRESETS,
-                        validate=lambda c: {**positive(c, "num_epochs"), **non_negative(c, "lr")})
+    return parse_dataclass_args(Demo, argv, description="demo", presets=PRESETS,
+                                validate=lambda c: {**positive(c, "num_epochs"),
+                                                    **non_negative(c, "lr")})
 
 
 def test_defaults_preset_and_flags_given_win():
@@ -66,19 +73,65 @@ def test_help_shows_percent_and_defaults(capsys):
     assert "in % of nothing (default: 0.1)" in out and "--no-augment" in out
 
 
-def _entry_points() -> list[list[str]]:
-    """Every `python -m ...` module and data script that the README or the Makefile names."""
-    text = (REPO / "README.md").read_text() + (REPO / "Makefile").read_text()
-    modules = sorted(set(re.findall(r"-m ((?:common|course)(?:\.[a-z_]+)+)", text)))
-    scripts = sorted(set(re.findall(r"(data_scripts/[a-z_]+\.py)", text)))
-    return [["-m", module] for module in modules] + [[script] for script in scripts]
+#: Where entry points live; a module is one if it has a ``__main__`` guard or is a ``__main__.py``.
+ENTRY_FOLDERS = ("common", "course", "data_scripts")
+MAIN_GUARD = re.compile(r"""^if __name__ == ["']__main__["']:""", re.M)
+#: Entry points that another program starts: their ``--help`` says who, on stderr, with exit status 2.
+INTERNAL = {"course.grading.inside.judge": "grader"}
 
 
-def test_the_docs_name_the_main_entry_points():
-    named = {" ".join(e) for e in _entry_points()}
-    for expected in ("-m common.ddp.train", "-m common.doctor", "-m course.grading",
-                     "-m common.fast.benchmark", "data_scripts/make_synthetic_data.py"):
+def _module(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] in ("__init__", "__main__") else parts)
+
+
+def console_scripts(root: Path = REPO) -> dict[str, str]:
+    """``[project.scripts]`` of pyproject.toml: command name -> ``module:function``."""
+    return tomllib.loads((root / "pyproject.toml").read_text())["project"].get("scripts", {})
+
+
+def entry_points(root: Path = REPO) -> list[list[str]]:
+    """Every command line the code defines: ``["-m", module]``, ``[script path]`` (data_scripts/,
+    which is no package) and ``["console", name, "module:function"]`` for ``[project.scripts]``."""
+    found = set()
+    for folder in ENTRY_FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.name != "__main__.py" and not MAIN_GUARD.search(path.read_text(encoding="utf-8")):
+                continue
+            if (root / folder / "__init__.py").is_file():
+                found.add(("-m", _module(path, root)))
+            else:
+                found.add((path.relative_to(root).as_posix(),))
+    found |= {("console", name, target) for name, target in console_scripts(root).items()}
+    return [list(entry) for entry in sorted(found)]
+
+
+def test_entry_points_are_found_in_the_code():
+    named = {" ".join(e) for e in entry_points()}
+    for expected in ("-m common.ddp.train", "-m common.doctor", "-m course.grading", "-m common.diagrams",
+                     "-m common.fast.benchmark", "data_scripts/make_synthetic_data.py",
+                     "console companion-make-data common.make_data:main"):
         assert expected in named
+
+
+def test_the_finder_sees_guards_main_packages_and_console_scripts(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[project.scripts]\nx-run = "common.a:main"\n')
+    (tmp_path / "common" / "tool").mkdir(parents=True)
+    (tmp_path / "data_scripts").mkdir()
+    for name, text in (("common/__init__.py", ""), ("common/a.py", 'if __name__ == "__main__":\n    main()\n'),
+                       ("common/b.py", "def main():\n    pass\n"), ("common/tool/__init__.py", ""),
+                       ("common/tool/__main__.py", "main()\n"),
+                       ("data_scripts/gen.py", "if __name__ == '__main__':\n    main()\n")):
+        (tmp_path / name).write_text(text)
+    assert entry_points(tmp_path) == [["-m", "common.a"], ["-m", "common.tool"],
+                                      ["console", "x-run", "common.a:main"], ["data_scripts/gen.py"]]
+
+
+def test_the_scripts_page_names_every_entry_point():
+    page = (REPO / "docs" / "scripts.md").read_text(encoding="utf-8")
+    for entry in entry_points():
+        named = f"`{entry[1]}`" if entry[0] == "console" else "python " + " ".join(entry)
+        assert named in page, f"docs/scripts.md does not name {named}"
 
 
 def _help_in_process(entry: list[str], monkeypatch, capsys) -> str:
@@ -87,20 +140,27 @@ def _help_in_process(entry: list[str], monkeypatch, capsys) -> str:
     The same code path as a subprocess (``__name__ == "__main__"``, ``sys.argv``), without
     starting an interpreter and importing torch again for each of the ~15 entry points.
     """
-    target = entry[-1]
+    target = entry[1] if entry[0] == "console" else entry[-1]
     monkeypatch.setattr(sys, "argv", [target, "--help"])
     with warnings.catch_warnings(), pytest.raises(SystemExit) as exit_info:
         warnings.simplefilter("ignore", RuntimeWarning)  # runpy: "found in sys.modules ..."
+        if entry[0] == "console":  # what the installed wrapper does: sys.exit(function())
+            module, function = entry[2].split(":")
+            raise SystemExit(getattr(importlib.import_module(module), function)())
         if entry[0] == "-m":
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
             runpy.run_path(str(REPO / target), run_name="__main__")
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    if target in INTERNAL:
+        assert exit_info.value.code == 2 and err.startswith("usage:") and INTERNAL[target] in err, err
+        return err
     assert exit_info.value.code in (0, None), out
     return out
 
 
-@pytest.mark.parametrize("entry", _entry_points(), ids=" ".join)
+@pytest.mark.parametrize("entry", entry_points(), ids=" ".join)
 def test_every_entry_point_has_help(entry, monkeypatch, capsys):
     out = _help_in_process(entry, monkeypatch, capsys)
-    assert out.startswith("usage:") and "-h, --help" in out
+    if entry[-1] not in INTERNAL:
+        assert out.startswith("usage:") and "-h, --help" in out

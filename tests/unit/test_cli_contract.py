@@ -149,6 +149,17 @@ CASES = [  # (module, argv, exit status, what stderr must name)
     ("course.assignments", ["list", "--sources", "{file}"], 2, "--sources"),
     ("course.assignments", ["build", "--out", "{file}"], 2, "--out"),
     ("course.assignments", ["build", "--sources", "{ex}", "--out", "{ex}"], 2, "--out"),
+    *[("course.grading.grader", ["--submissions", "{dir}", "--out", "{root}/grades", *argv], 2, flag)
+      for argv, flag in [  # each made a correct submission score 0/10 (8/10 for --memory-mb -1), rc 0
+          (["--cell-timeout", "0"], "--cell-timeout"), (["--cpu-seconds", "0"], "--cpu-seconds"),
+          (["--processes", "0"], "--processes"), (["--open-files", "0"], "--open-files"),
+          (["--timeout", "-1"], "--timeout"), (["--memory-mb", "-1"], "--memory-mb"),
+          (["--file-mb", "0"], "--file-mb"), (["--timeout", "nan"], "--timeout"),
+          (["--cell-timeout", "inf"], "--cell-timeout"), (["--memory-mb", "nan"], "--memory-mb"),
+          (["--sources", "{missing}"], "--sources"), (["--out", "{file}"], "--out")]],
+    ("course.grading.grader", ["--submissions", "{file}"], 2, "--submissions"),
+    ("course.grading.grader", ["--submissions", "{dir}", "--out", "{root}/grades", "--notebooks",
+                               "ex99_nothing"], 1, "ex99_nothing"),
 ]
 
 

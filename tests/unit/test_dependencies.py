@@ -86,7 +86,7 @@ def test_the_learners_package_imports_only_runtime_dependencies():
 
 def test_the_benchmark_peers_are_imported_only_where_they_are_optional():
     """litdata and webdataset are what `common.shards.bench` compares against, imported inside
-    the functions that measure them (installed separately; see the README's benchmark section)."""
+    the functions that measure them (installed separately; see docs/scripts.md, Chapter 3)."""
     text = (REPO / "common" / "shards" / "bench.py").read_text()
     for name in PEERS:
         assert f"\n    import {name}" in text and f"\nimport {name}" not in text
@@ -110,3 +110,29 @@ def test_an_undeclared_import_is_caught(tmp_path):
     found = [n for n in sorted(third_party_imports(module))
              if not distributions_of(n) & declared()["runtime"]]
     assert found == ["yaml"]  # PyYAML is a [dev] dependency only
+
+
+#: Files that spell out a `pip install` of torch (the CPU-only wheel index), besides pyproject.toml.
+INSTALL_DOCS = ["Makefile", "README.md", "README.zh-CN.md", "CONTRIBUTING.md",
+                *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md"))]
+_PINNED = re.compile(r"\b(torch|torchvision)((?:[<>=!~]=?\s*[\d.*]+,?\s*)+)")
+
+
+def pinned_ranges(text: str) -> set[tuple[str, str]]:
+    """``("torch", ">=2.6")`` for each ``torch>=2.6`` / ``torchvision>=0.21`` written in ``text``."""
+    return {(name, re.sub(r"\s+", "", spec).rstrip(",")) for name, spec in _PINNED.findall(text)}
+
+
+def test_every_torch_range_written_in_the_docs_and_makefile_is_pyprojects():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared_ranges = pinned_ranges(" ".join(project["dependencies"]))
+    assert {name for name, _ in declared_ranges} == {"torch", "torchvision"}
+    found = {doc: pinned_ranges((REPO / doc).read_text(encoding="utf-8")) for doc in INSTALL_DOCS}
+    assert found["Makefile"], "the Makefile's CPU-only install no longer names the torch range"
+    wrong = {doc: sorted(ranges - declared_ranges) for doc, ranges in found.items() if ranges - declared_ranges}
+    assert not wrong, f"torch ranges that differ from pyproject.toml's {sorted(declared_ranges)}: {wrong}"
+
+
+def test_pinned_ranges_reads_the_ranges_and_not_the_package_name():
+    text = 'pip install "torch>=2.4" "torchvision>=0.19,<1" torch-pipelines-companion torchrun'
+    assert pinned_ranges(text) == {("torch", ">=2.4"), ("torchvision", ">=0.19,<1")}

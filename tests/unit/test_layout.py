@@ -1,4 +1,8 @@
-"""The architecture of ARCHITECTURE.md, checked: which package may import which."""
+"""The architecture of ARCHITECTURE.md, checked statically (``tests/unit/layout.py``: ast, no torch).
+
+Which package may import which, no import circle anywhere, and the facade rule: no module
+imports an entry point, a facade lists its own package's names, one name per function.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import ast
 from pathlib import Path
 
 import pytest
+
+from tests.unit import layout
 
 REPO = Path(__file__).resolve().parents[2]
 CHAPTER_PACKAGES = ("fast", "ddp", "shards", "fsdp")
@@ -33,8 +39,6 @@ def test_nothing_in_common_imports_the_course_tooling(path):
 @pytest.mark.parametrize("path", sorted((REPO / "common").glob("*.py")),
                          ids=lambda p: p.name)
 def test_the_core_imports_no_chapter_package(path):
-    if path.name == "__init__.py":  # the facade re-exports what the notebooks import
-        return
     chapter = {m for m in _imports(path) if m.split(".")[:2][-1] in CHAPTER_PACKAGES
                and m.startswith("common.")}
     assert not chapter, f"{path.name} (core) imports {chapter}"
@@ -61,55 +65,127 @@ def test_the_architecture_doc_names_every_package():
         assert f"`{package}`" in text
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def _course_imports() -> dict[str, set[str]]:
-    """Each module of ``course`` and the ``course`` modules it imports (``from a import b``: ``a.b``
-    where that is a module, else ``a``), at any depth of its code (``TYPE_CHECKING`` too)."""
-    modules = {_module_name(p): p for p in _modules("course")}
-    graph = {}
-    for name, path in modules.items():
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                          for a in node.names}
-            elif isinstance(node, ast.Import):
-                found |= {a.name for a in node.names}
-        graph[name] = {m for m in found if m in modules and m != name}
-    return graph
+    """Each module of ``course`` and the ``course`` modules it imports, at any depth of its code
+    (``TYPE_CHECKING`` too)."""
+    return layout.import_graph(layout.module_files(REPO, ("course",)), top_level=False)
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str]:
-    """One import circle of ``graph`` (a list of modules, the first again at the end), or []."""
-    state: dict[str, str] = {}
-
-    def visit(node: str, path: list[str]) -> list[str]:
-        state[node] = "open"
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == "open":
-                return [*path[path.index(nxt):], nxt]
-            if nxt not in state and (found := visit(nxt, [*path, nxt])):
-                return found
-        state[node] = "done"
-        return []
-
-    for start in sorted(graph):
-        if start not in state and (found := visit(start, [start])):
-            return found
-    return []
+def _tree(root: Path, files: dict[str, str]) -> dict[str, Path]:
+    """A fake repository: ``{"pkg/a.py": source}`` written under ``root``; its modules."""
+    for name, source in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(source)
+    return layout.module_files(root, ("pkg",))
 
 
 def test_the_cycle_finder_finds_a_circle():
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
-    assert _cycle({"a": {"b"}, "b": set()}) == []
+    assert layout.cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert layout.cycle({"a": {"b"}, "b": set()}) == []
+
+
+def test_a_circle_of_module_level_imports_is_found_in_a_tree(tmp_path):
+    modules = _tree(tmp_path, {"pkg/__init__.py": "", "pkg/a.py": "import pkg.b\n",
+                               "pkg/b.py": "try:\n    from pkg.a import x\nexcept ImportError:\n"
+                                           "    x = 1\n",
+                               "pkg/c.py": "def late():\n    import pkg.d\n",
+                               "pkg/d.py": "from pkg import c\n"})
+    assert layout.cycle(layout.import_graph(modules, top_level=True)) == ["pkg.a", "pkg.b", "pkg.a"]
+    del modules["pkg.a"]  # c -> d -> c only inside a function: no circle at import time
+    assert layout.cycle(layout.import_graph(modules, top_level=True)) == []
+    assert layout.cycle(layout.import_graph(modules, top_level=False)) == ["pkg.c", "pkg.d", "pkg.c"]
+
+
+def test_no_import_circle_anywhere_in_the_repository():
+    """common, course, data_scripts and the tests' helpers: the imports that run at import time."""
+    modules = layout.module_files(REPO)
+    assert len(modules) > 150 and {"common.ddp.trainer", "tests.unit.layout"} <= set(modules)
+    assert layout.cycle(layout.import_graph(modules, top_level=True)) == []
 
 
 def test_the_course_tooling_has_no_import_circle():
-    assert _cycle(_course_imports()) == []
+    assert layout.cycle(_course_imports()) == []
+
+
+def test_the_entry_points_are_found():
+    entries = layout.entry_points(REPO, layout.module_files(REPO, ("common",)))
+    assert {"common.ddp.train", "common.ddp.bench", "common.fast.benchmark", "common.shards.bench",
+            "common.make_data", "common.diagrams.__main__"} <= entries
+    assert not {"common.ddp.trainer", "common.fast.timing", "common.models"} & entries
+    assert layout.console_scripts(REPO / "pyproject.toml") == {"common.make_data",
+                                                               "common.shards.make"}
+
+
+def test_an_import_of_an_entry_point_is_found_in_a_tree(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project.scripts]\ntool = "pkg.script:main"\n')
+    modules = _tree(tmp_path, {
+        "pkg/__init__.py": '_WHERE = {"run": "pkg.guarded"}\n',
+        "pkg/guarded.py": 'def run():\n    pass\n\nif __name__ == "__main__":\n    run()\n',
+        "pkg/script.py": "def main():\n    return 0\n", "pkg/sub/__main__.py": "x = 1\n",
+        "pkg/lib.py": "from pkg import script\n\ndef late():\n    from pkg.sub.__main__ import x\n",
+        "pkg/fine.py": "import pkg.lib\n"})
+    assert layout.entry_point_imports(tmp_path, modules, "pkg") == [
+        "pkg imports pkg.guarded", "pkg.lib imports pkg.script", "pkg.lib imports pkg.sub.__main__"]
+
+
+def test_no_module_in_common_imports_an_entry_point():
+    """What two programs share lives in a library module (ARCHITECTURE.md, "The facade rule")."""
+    modules = layout.module_files(REPO)
+    assert layout.entry_point_imports(REPO, modules, "common") == []
+
+
+def test_no_two_library_functions_share_a_name_with_other_parameters():
+    modules = layout.module_files(REPO, ("common", "course"))
+    assert layout.shared_function_names(REPO, modules) == []
+
+
+def test_a_shared_function_name_is_found_in_a_tree(tmp_path):
+    modules = _tree(tmp_path, {
+        "pkg/cli.py": "def parse(config_cls, argv):\n    pass\n",
+        "pkg/config.py": "def parse(argv):\n    pass\n\ndef check(config):\n    pass\n",
+        "pkg/other.py": "def check(config):\n    pass\n\ndef _parse(x):\n    pass\n",
+        "pkg/tool.py": 'def check(x):\n    pass\n\nif __name__ == "__main__":\n    check(1)\n'})
+    assert layout.shared_function_names(tmp_path, modules) == [
+        "parse: pkg.cli(config_cls, argv, *), pkg.config(argv, *)"]
+
+
+def test_the_facades_list_their_own_package_s_names_defined_where_they_say():
+    modules = layout.module_files(REPO, ("common",))
+    assert layout.lazy_map(modules["common"])["SmallCNN"] == "common.models"
+    assert layout.lazy_map(modules["common.fast"]), "common.fast is a lazy facade too"
+    assert layout.facade_problems(REPO, modules) == []
+
+
+def test_a_facade_exception_is_found_in_a_tree(tmp_path):
+    modules = _tree(tmp_path, {
+        "pkg/__init__.py": '_WHERE = {"Reader": "pkg.chapter", "helper": "pkg.tool",'
+                           ' "Error": "pkg.data", "Model": "pkg.models", "Other": "elsewhere.x"}\n',
+        "pkg/chapter/__init__.py": "class Reader:\n    pass\n",
+        "pkg/tool.py": 'def helper():\n    pass\n\nif __name__ == "__main__":\n    helper()\n',
+        "pkg/data.py": "from pkg.errors import Error\n", "pkg/errors.py": "class Error(Exception):\n"
+                                                              "    pass\n",
+        "pkg/models.py": "class Model:\n    pass\n"})
+    assert layout.facade_problems(tmp_path, modules) == [
+        "pkg.Error -> pkg.data: not defined there", "pkg.Other -> elsewhere.x: not a module of pkg",
+        "pkg.Reader -> pkg.chapter: not a module of pkg", "pkg.helper -> pkg.tool: an entry point"]
+
+
+def test_the_imagenet_statistics_and_a_ddp_worker_import_no_torchvision():
+    """``from common import IMAGENET_MEAN`` stays light, and so does ``common.ddp.train``: a
+    DDP worker on the cache path pays for no torchvision (common/__init__.py)."""
+    modules = layout.module_files(REPO, ("common",))
+    where = layout.lazy_map(modules["common"])
+    for name in ("IMAGENET_MEAN", "IMAGENET_STD"):
+        assert not layout.external_closure(where[name], modules) & {"torch", "torchvision"}
+    assert "torchvision" not in layout.external_closure("common.ddp.train", modules)
+    assert "torchvision" in layout.external_closure(where["V2EvalPreset"], modules)  # can fail
+
+
+def test_the_run_log_writes_no_model():
+    """Logging logs; the trainers save the final weights (``common.ddp.trainer.save_final_weights``)."""
+    modules = layout.module_files(REPO, ("common",))
+    used = layout.imports(modules["common.ddp.run_log"], modules, top_level=False)
+    assert not used & {"torch", "common.ddp.snapshot"}, used
 
 
 def test_what_runs_inside_the_sandbox_imports_nothing_of_the_host_side():

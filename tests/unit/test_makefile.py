@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -11,3 +12,27 @@ def test_ci_runs_the_readme_command():
     ci = (REPO / ".ci" / "run").read_text()
     readme = (REPO / "README.md").read_text()
     assert "make test" in ci and "make test" in readme and "make lab" in readme
+
+
+def _make_list(name: str) -> list[str]:
+    """The words of a ``NAME := ...`` assignment of the Makefile (continuation lines joined)."""
+    text = (REPO / "Makefile").read_text().replace("\\\n", " ")
+    (line,) = [line for line in text.splitlines() if line.startswith(f"{name} :=")]
+    return line.split(":=", 1)[1].split()
+
+
+def test_make_test_runs_every_notebook_once_by_its_strongest_check():
+    """Chapters out of nbval run from the wheel; exercises are graded, not run under nbval."""
+    installed = ast.parse((REPO / "tests" / "system" / "test_installed.py").read_text())
+    (chapters,) = [ast.literal_eval(node.value) for node in installed.body
+                   if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CHAPTERS"]
+    wheel = _make_list("WHEEL_CHAPTERS")
+    assert wheel == [f"chapters/{stem}.ipynb" for stem in chapters]
+    assert all((REPO / path).is_file() for path in wheel), wheel
+    recipe = (REPO / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert "$(NBVAL_NOTEBOOKS)" in recipe and "$(NOTEBOOKS)" not in recipe
+    assert "COMPANION_QUICK=1" in recipe, "make test runs the chapters at their tiny sizes"
+    nbval = " ".join(_make_list("NBVAL_NOTEBOOKS"))
+    assert "exercises" not in nbval and "$(WHEEL_CHAPTERS)" in nbval
+    grading = (REPO / "tests" / "system" / "test_grading.py").read_text()
+    assert 'exercises_dir().glob("ex*.ipynb")' in grading, "every exercise notebook is graded"

@@ -1,4 +1,5 @@
-"""Both READMEs list every chapter, and the Chinese one links the Chinese edition of each.
+"""Both READMEs list every chapter, and the Chinese one links the Chinese edition of each; README.md is
+a front door whose moved sections stay reachable, and every relative link of the docs resolves.
 
 A new or renamed chapter fails here until both chapter maps list it; a chapter the zh edition
 translates must be linked into ``chapters/zh/``, never to the English notebook with a "being translated"
@@ -62,3 +63,118 @@ def test_the_chinese_readme_marks_nothing_as_being_translated_that_is_translated
     text = (REPO / "README.zh-CN.md").read_text(encoding="utf-8")
     pending = [nb for nb in CHAPTERS if nb not in required()]
     assert "翻译中" not in text or pending, "every chapter is translated: drop the 翻译中 notes"
+
+
+# --- The README as a front door (issue 28): short, and every section it lost reachable from it. ---
+
+MAX_README_LINES = 200
+#: The sections README.md used to hold, by their new home (a file README.md links) and heading.
+MOVED = [
+    ("CONTRIBUTING.md", "## Every make target"),
+    ("CONTRIBUTING.md", "## How the tests work"),
+    ("CONTRIBUTING.md", "## Dependencies"),
+    ("CONTRIBUTING.md", "## Diagrams"),
+    ("CONTRIBUTING.md", "## The site"),
+    ("CONTRIBUTING.md", "## Project files"),
+    ("ARCHITECTURE.md", "## Repository layout"),
+    ("ARCHITECTURE.md", "## Design records"),
+    ("TROUBLESHOOTING.md", "## Limits and refusals (no silent wrongness)"),
+    ("TROUBLESHOOTING.md", "## Read, check, troubleshoot"),
+    ("docs/instructors.md", "# For instructors: assignments and grading"),
+    ("docs/figures.md", "## Chapter 3 at growing sizes (issue 18)"),
+    ("docs/running.md", "## The synthetic data"),
+    ("docs/running.md", "## Running on a GPU, several GPUs or a Mac"),
+    ("docs/running.md", "## Colab, Kaggle, or without a checkout"),
+    ("docs/running.md", "## With conda instead of pip"),
+    ("docs/scripts.md", "## Efficient pipelines and the benchmark (Chapter 3)"),
+    ("docs/scripts.md", "## Distributed training (Chapter 4)"),
+    ("docs/scripts.md", "## Large datasets: tar shards (Chapter 5)"),
+    ("docs/scripts.md", "## Beyond DDP: FSDP2, distributed checkpoints, `torch.compile` (Chapter 6)"),
+]
+DOCS = ["README.md", "README.zh-CN.md", "CONTRIBUTING.md", "ARCHITECTURE.md", "TROUBLESHOOTING.md",
+        "TROUBLESHOOTING.zh-CN.md", "GLOSSARY.md",
+        *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md"))]
+_FENCED = re.compile(r"^```.*?^```", re.M | re.S)
+_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+
+
+def _text(doc: str) -> str:
+    return (REPO / doc).read_text(encoding="utf-8")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(markdown: str) -> set[str]:
+    """The anchors of a Markdown file's headings (outside code blocks), repeats numbered as GitHub does."""
+    found, counts = set(), {}
+    for heading in re.findall(r"^#{1,6} (.+)$", _FENCED.sub("", markdown), re.M):
+        base = slug(heading)
+        found.add(f"{base}-{counts[base]}" if base in counts else base)
+        counts[base] = counts.get(base, 0) + 1
+    return found
+
+
+def broken_links(doc: str) -> list[str]:
+    """Relative links of ``doc`` that name no file or folder, or no heading of the Markdown file named."""
+    broken = []
+    for target in LINK.findall(_FENCED.sub("", _text(doc))):
+        if _SCHEME.match(target):
+            continue
+        path, _, fragment = target.partition("#")
+        file = (REPO / doc).parent / path if path else REPO / doc
+        if not file.exists():
+            broken.append(f"{doc}: {target} (no such file)")
+        elif fragment and file.suffix == ".md" and fragment not in anchors(file.read_text(encoding="utf-8")):
+            broken.append(f"{doc}: {target} (no such heading)")
+    return broken
+
+
+def test_the_readme_is_a_front_door():
+    lines = len(_text("README.md").splitlines())
+    assert lines <= MAX_README_LINES, f"README.md has {lines} lines; move a section out (see MOVED)"
+
+
+@pytest.mark.parametrize(("home", "heading"), MOVED, ids=[f"{h}:{t}" for h, t in MOVED])
+def test_each_moved_section_is_in_its_new_home_and_reachable_from_the_readme(home, heading):
+    assert re.search(rf"^{re.escape(heading)}$", _text(home), re.M), f"{home} has no {heading!r}"
+    assert heading not in _text("README.md").splitlines(), f"README.md still holds {heading!r}"
+    linked = {target.split("#")[0] for target in links(_text("README.md"))}
+    assert home in linked, f"README.md does not link {home}"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_relative_link_of_the_docs_resolves(doc):
+    assert broken_links(doc) == []
+
+
+def test_the_link_check_catches_a_missing_file_and_a_missing_heading(tmp_path, monkeypatch):
+    (tmp_path / "a.md").write_text("# Top\n\n## Two `words` (here)\n\n## Top\n\n```\n# not a heading\n```\n"
+                                   "[ok](#two-words-here) [f](b.md) [h](#not-a-heading) [w](https://x.y) "
+                                   "[again](a.md#top-1) [no](a.md#top-2)\n")
+    monkeypatch.setitem(globals(), "REPO", tmp_path)
+    assert broken_links("a.md") == ["a.md: b.md (no such file)", "a.md: #not-a-heading (no such heading)",
+                                    "a.md: a.md#top-2 (no such heading)"]
+
+
+def _next_places(readme: str, heading: str) -> dict[str, str]:
+    """Link target (without fragment) -> the line that links it, in a README's where-to-go section."""
+    section = _text(readme).split(heading, 1)[1].split("\n## ", 1)[0]
+    return {target.split("#")[0]: line for line in section.splitlines()
+            for target in LINK.findall(line) if not _SCHEME.match(target)}
+
+
+def test_the_chinese_readme_links_the_same_next_places_and_says_which_are_english():
+    english = _next_places("README.md", "## Where to go next")
+    chinese = _next_places("README.zh-CN.md", "## 接下来去哪里")
+    assert len(english) >= 8
+    for target in english:
+        twin = re.sub(r"\.md$", ".zh-CN.md", target)
+        found = twin if twin in chinese else target
+        assert found in chinese, f"README.zh-CN.md's 接下来去哪里 does not link {target} (or {twin})"
+        english_only = (found == target and found.endswith(".md") and not (REPO / twin).exists()
+                        and not found.endswith(".zh-CN.md") and found != "GLOSSARY.md")  # both languages
+        if english_only:
+            assert "英文" in chinese[found], f"README.zh-CN.md links {found}, which is English only: say （英文）"

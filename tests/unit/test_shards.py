@@ -16,13 +16,14 @@ from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 from torchvision.transforms.functional import pil_to_tensor
 
-from common import ShardedImageDataset
 from common.data import CustomImageDataset, load_rgb
 from common.fast.pipeline import BatchNormalize, TorchvisionDecoder
 from common.shards import (
+    ShardedImageDataset,
     ShardError,
     ShardInfo,
     ensure_shards,
+    file_sha256,
     read_manifest,
     read_shard,
     split_shards,
@@ -30,6 +31,7 @@ from common.shards import (
     write_shards,
 )
 from common.shards import dataset as shard_dataset
+from common.shards.keys import shard_keys
 from common.transforms import ClassicEvalPreset
 from tests.unit.test_data import png_header
 
@@ -262,18 +264,86 @@ def test_the_same_shard_under_two_names_is_refused(uneven, tmp_path):
     with pytest.raises(ShardError, match=r"copy\.tar has the same sha256 as entry 0 "
                                          r"\(shard-000000\.tar\)"):
         read_manifest(tmp_path)
-    # Re-packed (other bytes, same keys) under another name: the reader sees the repeated key.
+    # Re-packed (other bytes, same keys) under another name: the keys in the headers tell.
     shards = read_manifest(uneven)
-    repacked = tmp_path / "repacked.tar"
-    with tarfile.open(repacked, "w", format=tarfile.GNU_FORMAT) as tar:
-        for record in read_shard(shards[0].path):
-            _add(tar, record.member, record.data)
-            _add(tar, f"{record.key}.cls", str(record.label).encode())
+    repacked = _repack(shards[0].path, tmp_path / "repacked.tar")
+    with pytest.raises(ShardError, match=r"sample key '00000000' is in shard .*shard-000000\.tar "
+                                         r"and again in shard .*repacked\.tar"):
+        ShardedImageDataset([*shards, ShardInfo(repacked, 5)], shuffle=False, equalize="none")
+    # Not verified at construction: the reader still sees the repeated first key.
     dataset = ShardedImageDataset([*shards, ShardInfo(repacked, 5)], shuffle=False,
-                                  equalize="none")
+                                  equalize="none", verify=False)
     with pytest.raises(ShardError, match=r"repacked\.tar: key '00000000' was already read from "
                                          r"shard shard-000000\.tar"):
         list(dataset.records())
+
+
+def _repack(shard, path):
+    """The samples of ``shard`` in a new tar: same keys, other bytes (so another sha256)."""
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+        for record in read_shard(shard):
+            _add(tar, record.member, record.data)
+            _add(tar, f"{record.key}.cls", str(record.label).encode())
+    return path
+
+
+def _with_extra_shard(manifest, tmp_path, extra) -> None:
+    """A copy of the shards whose manifest lists one more shard, with its true sha256."""
+    def listed(written):
+        written["shards"].append({"name": extra.name, "num_samples": len(list(read_shard(extra))),
+                                  "sha256": file_sha256(extra)})
+        written["num_samples"] += written["shards"][-1]["num_samples"]
+
+    _copy_with_manifest(manifest, tmp_path, listed)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_repacked_copy_added_as_a_sixth_shard_is_refused(uneven, tmp_path, world_size):
+    extra = _repack(read_manifest(uneven)[0].path, tmp_path / "shard-000005.tar")
+    _with_extra_shard(uneven, tmp_path, extra)
+    assert len(read_manifest(tmp_path)) == 6  # every per-shard check passes
+    for rank in range(world_size):
+        with pytest.raises(ShardError, match=rf"sample key '00000000' is in shard "
+                                             rf"{tmp_path}/shard-000000\.tar and again in shard "
+                                             rf"{tmp_path}/shard-000005\.tar"):
+            ShardedImageDataset(tmp_path, rank=rank, world_size=world_size)
+
+
+def test_a_shard_repeating_samples_of_others_is_refused_unless_allowed(uneven, tmp_path):
+    # Samples 3-7: the last two of shard 0 and the first three of shard 1, under their keys.
+    shards = read_manifest(uneven)
+    extra = tmp_path / "extra.tar"
+    with tarfile.open(extra, "w") as tar:
+        for record in [*list(read_shard(shards[0].path))[3:],
+                       *list(read_shard(shards[1].path))[:3]]:
+            _add(tar, record.member, record.data)
+            _add(tar, f"{record.key}.cls", str(record.label).encode())
+    _with_extra_shard(uneven, tmp_path, extra)
+    with pytest.raises(ShardError, match=r"sample key '00000003' is in shard .*shard-000000\.tar "
+                                         r"and again in shard .*extra\.tar.*--allow-duplicate-keys"):
+        ShardedImageDataset(tmp_path, shuffle=False, equalize="none")
+    dataset = ShardedImageDataset(tmp_path, shuffle=False, equalize="none",
+                                  allow_duplicate_keys=True)  # oversampling, on purpose
+    keys = Counter(record.key for record in dataset.records())
+    assert sum(keys.values()) == 29
+    assert sorted(key for key, count in keys.items() if count == 2) == [f"{i:08d}"
+                                                                         for i in range(3, 8)]
+
+
+def test_shard_keys_reads_the_tar_headers_only(uneven, monkeypatch):
+    shard = read_manifest(uneven)[0].path
+    read = []
+
+    class Counting(io.FileIO):
+        def read(self, size=-1):
+            data = super().read(size)
+            read.append(len(data))
+            return data
+
+    monkeypatch.setattr(tarfile, "bltn_open", lambda name, mode: Counting(name, mode.strip("b")))
+    assert shard_keys(shard) == {f"{i:08d}" for i in range(5)}
+    members = 10  # 5 samples x (.jpg, .cls)
+    assert 0 < sum(read) <= (members + 2) * (tarfile.BLOCKSIZE + 1) < shard.stat().st_size / 2
 
 
 def test_labels_are_checked_against_the_classes(tmp_path):

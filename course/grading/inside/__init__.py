@@ -11,6 +11,7 @@ this folder of ``course/grading/``. The threat model is in the docstring of
   integrity record of what it rebound);
 - ``answer_rules``: what an answer cell may hold (read from its syntax);
 - ``cells``: running a cell's code and saying why it failed;
+- ``space``: the same room on disk for every exercise, and saying when it filled;
 - ``channel``, ``codec``, ``remote``, ``argstate``: the data-only channel between the checker
   and the answer process (framing, values as plain trees, handles, argument state).
 """

@@ -16,11 +16,12 @@ def describe(error: BaseException, limits: dict) -> str:
     if isinstance(error, MemoryError):
         return f"MemoryError: the memory limit ({limits['memory_mb']} MiB) was reached"
     if isinstance(error, OSError) and error.errno == errno.EFBIG:
-        return f"OSError: the output/file size limit ({limits['file_mb']} MiB) was reached"
+        return f"OSError: the output/file size limit ({limits['file_mb']} MiB per file) was reached"
     if isinstance(error, OSError) and error.errno == errno.EAGAIN:
         return f"OSError: the process limit ({limits['processes']}) was reached"
     if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-        return f"OSError: no space left (the /dev/shm size limit is {limits['memory_mb']} MiB)"
+        return (f"OSError: no space left (an exercise's files may take {limits['file_mb']} MiB, "
+                f"/dev/shm {limits['memory_mb']} MiB)")
     if isinstance(error, OSError) and error.errno == errno.EMFILE:
         return f"OSError: the open-file limit ({limits['open_files']}) was reached"
     text = f"{type(error).__name__}: {error}".strip().rstrip(":")

@@ -1,8 +1,9 @@
 """The checker: one exercise's process that runs only instructor code, against an answer's handles.
 
 The judge (``judge``) forks the checker for each exercise from its clean state (the setup
-cells run, nothing of the student's). The checker sets the resource limits and forks the
-answer process (``answer``) at once, before it has read the check cell. Only then does it
+cells run, nothing of the student's). Once the grader has put it into the exercise's cgroups
+(the judge's go), the checker sets the per-process resource limits and forks the answer
+process (``answer``) at once, before it has read the check cell. Only then does it
 read the check cell, bind each name the answers define (``answer_rules.defined_names``) to a
 handle (``remote.Remote``) and run the visible and hidden checks, whose every call into the
 student's code crosses a socket and comes back as data (``channel``). It reports JSON on a
@@ -34,14 +35,20 @@ from course.grading.inside.remote import Answer
 
 
 def set_limits(limits: dict) -> None:
-    """The exercise's resource limits, for this process and everything it starts."""
+    """The exercise's per-process resource limits, for this process and everything it starts.
+
+    The process count is a cgroup's where the grader placed this process in one (``pids``: for the
+    exercise as a whole, and its counter names the hit); else it is ``RLIMIT_NPROC`` (per uid: the
+    judge's own, whose other processes are counted in).
+    """
     memory = psutil.Process().memory_info().vms + limits["memory_mb"] * 2**20
-    uid = os.getuid()
-    mine = sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid)
-    for kind, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, limits["cpu_seconds"]),
-                        (resource.RLIMIT_NPROC, mine + limits["processes"]),
-                        (resource.RLIMIT_NOFILE, limits["open_files"]),
-                        (resource.RLIMIT_FSIZE, limits["file_mb"] * 2**20)):
+    kinds = [(resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, limits["cpu_seconds"]),
+             (resource.RLIMIT_NOFILE, limits["open_files"]), (resource.RLIMIT_FSIZE, limits["file_mb"] * 2**20)]
+    if "pids" not in (limits.get("cgroups") or []):
+        uid = os.getuid()
+        mine = sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid)
+        kinds.append((resource.RLIMIT_NPROC, mine + limits["processes"]))
+    for kind, value in kinds:
         resource.setrlimit(kind, (value, value + 1 if kind == resource.RLIMIT_CPU else value))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
 
@@ -125,13 +132,16 @@ def _read_all(fd: int) -> str:
 
 
 def checker_process(request: dict, module: types.ModuleType, limits: dict, pipes: tuple[int, int, int]) -> None:
-    """Fork the answer process, say ready, read the check cell, check, report; never returns.
+    """Wait to be placed, fork the answer process, say ready, read the check cell, check, report;
+    never returns.
 
-    ``pipes``: (ready, check, report). The judge sends the check cell only after ``ready``, so
+    ``pipes``: (ready, check, report); the first byte on ``check`` says go (``g``) or stop. The judge sends the check cell only after ``ready``, so
     the answer process, forked before, never has it in memory.
     """
     ready, check_fd, report = pipes
     try:
+        if os.read(check_fd, 1) != b"g":  # the judge says go once the grader placed this process
+            return
         set_limits(limits)
         ours, theirs = socket.socketpair()
         pid = os.fork()

@@ -5,13 +5,17 @@ LIMITS_JSON``, behind bubblewrap and ``setpriv``, in a fresh working copy. It sp
 lines on stdin/stdout: setup cells one at a time, then per exercise the student's answer
 cell. Before reading anything it forks a template (:class:`Template`), which runs the setup
 cells and never holds a check cell; per exercise the template forks the checker, which
-forks the answer process (``checker``, ``answer``); the judge replies ``ready`` and only
-then is sent the check cell, which it passes to the checker through a pipe. One reply per request. The judge itself only ever runs
-instructor code. Each exercise's processes start from the same clean state and never see
-the grader's channel or another exercise's processes. After each exercise the judge kills
-every process left behind (it is a child subreaper, so double-forked daemons come back to
-it), removes the files that were created, and, if a file that existed before was changed
-by the answer, says so and stops: the grader starts a fresh judge for the rest. The threat
+waits until the judge says ``place`` and the grader has put it into the exercise's cgroups
+(where there are any: ``course.grading.cgroups``), then forks the answer process
+(``checker``, ``answer``); the judge replies ``ready`` and only then is sent the check cell,
+which it passes to the checker through a pipe. One reply per request. The judge itself only
+ever runs instructor code. Each exercise's processes start from the same clean state and
+never see the grader's channel or another exercise's processes. Before each exercise the
+judge leaves exactly ``file_mb`` MiB free in the sandbox's working copy (``space``). After
+each exercise it kills every process left behind (it is a child subreaper, so double-forked
+daemons come back to it), names a filled working copy or ``/dev/shm``, removes the files that
+were created, and, if a file that existed before was changed by the answer, says so and
+stops: the grader starts a fresh judge for the rest. The threat
 model is in ``course/grading/__init__.py``.
 """
 
@@ -33,6 +37,14 @@ import psutil
 from course.grading.inside.answer import settle_imports
 from course.grading.inside.cells import run_cell
 from course.grading.inside.checker import checker_process
+from course.grading.inside.space import (
+    Reserve,
+    changed_files,
+    file_stats,
+    listing,
+    remove_new,
+    space_hit,
+)
 
 #: prctl(2) options the command line cannot set (``setpriv`` has no flag for them).
 PR_SET_DUMPABLE = 4  # 0: no ptrace of the judge or its forks, no reading their memory or descriptors
@@ -43,7 +55,7 @@ usage: python -m course.grading.inside.judge LIMITS_JSON
 The judge of course.grading: it runs inside the sandbox and is started by the grader
 (`python -m course.grading --submissions DIR`), which speaks JSON lines to it on stdin and
 stdout. It is not meant to be started by hand. LIMITS_JSON is one JSON object: repo, uid,
-cell_timeout, memory_mb, cpu_seconds, processes, open_files, file_mb."""
+cell_timeout, memory_mb, cpu_seconds, processes, open_files, file_mb (and shm, work_tmpfs, cgroups)."""
 
 
 def kill_strays(keep: tuple[int, ...] = ()) -> None:
@@ -59,44 +71,6 @@ def kill_strays(keep: tuple[int, ...] = ()) -> None:
                 os.waitpid(child.pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
-
-
-def _files(root: str) -> set[str]:
-    found = set()
-    for folder, dirs, names in os.walk(root):
-        found.update(os.path.join(folder, n) for n in (*dirs, *names))
-    return found
-
-
-def _remove_new(root: str, before: set[str]) -> None:
-    for path in sorted(_files(root) - before, reverse=True):
-        try:
-            os.rmdir(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
-        except OSError:
-            pass
-
-
-def _stats(root: str) -> dict[str, tuple]:
-    """Regular files under ``root`` (but the output log) and what would show any change to them."""
-    found = {}
-    for folder, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(folder, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if os.path.isfile(path) and not os.path.islink(path) and name != "output.log":
-                found[path] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    return found
-
-
-def _changed_files(before: dict[str, tuple], written: list, root: str) -> list[str]:
-    """Files that existed before the exercise and changed, though the checker did not write them."""
-    now = _stats(root)
-    mine = [str(p) for p in written]
-    return [os.path.relpath(p, root) + " (changed)" for p, stat in before.items()
-            if now.get(p) != stat and not any(p == w or p.startswith(w + os.sep) for w in mine)][:20]
 
 
 class Template:
@@ -270,11 +244,21 @@ def _why(status: int, timed_out: bool, limits: dict) -> str:
     return f"the process ended without a result (exit status {os.waitstatus_to_exitcode(status)})"
 
 
-def _exercise(request: dict, template: Template, limits: dict, io: tuple) -> dict:
-    root = os.getcwd()
-    before, stats = _files(root), _stats(root)
-    shm = limits.get("shm")
-    shm_before = _files(shm) if shm and os.path.isdir(shm) else set()
+def _placed(request: dict, pid: int, limits: dict, io: tuple) -> bool:
+    """Ask the grader to put the checker ``pid`` into the exercise's cgroups (if it has them)."""
+    if not limits.get("cgroups"):
+        return True
+    requests, replies = io
+    replies.write(json.dumps({"op": "place", "key": request["key"], "pid": pid}) + "\n")
+    message = json.loads(requests.readline() or "{}")
+    return message.get("op") == "placed" and message.get("key") == request["key"] and message.get("ok") is True
+
+
+def _run_checker(request: dict, template: Template, limits: dict, io: tuple) -> tuple[bytes, int, bool, bool]:
+    """Fork the checker, place it, let it go on, pass it the check cell, collect its report.
+
+    Returns the report, its wait status, whether it ran out of time and whether it was placed.
+    """
     (ready_r, ready_w), (check_r, check_w), (report_r, report_w) = os.pipe(), os.pipe(), os.pipe()
     pid = template.start(request, (ready_w, check_r, report_w))
     for fd in (ready_w, check_r, report_w):
@@ -282,7 +266,12 @@ def _exercise(request: dict, template: Template, limits: dict, io: tuple) -> dic
     deadline = time.monotonic() + limits["cell_timeout"]
     if pid is None:
         raise RuntimeError("the template process is gone")
-    passed = _pass_check(request, ready_r, check_w, template, io, deadline)
+    placed = _placed(request, pid, limits, io)
+    try:  # the checker waits for this byte before it forks the answer process
+        os.write(check_w, b"g" if placed else b"-")
+    except BrokenPipeError:
+        pass
+    passed = _pass_check(request, ready_r, check_w, template, io, deadline) if placed else False
     if passed is False:
         os.kill(pid, signal.SIGKILL)
     os.close(check_w)
@@ -290,9 +279,11 @@ def _exercise(request: dict, template: Template, limits: dict, io: tuple) -> dic
     payload, status, timed_out = _collect(report_r, pid, template, deadline,
                                           passed if passed is not True and passed is not False else None)
     os.close(report_r)
-    kill_strays(keep=(template.pid,))
-    os.ftruncate(1, 0)  # the output log: nobody reads it, and the size limit is per file
-    os.lseek(1, 0, os.SEEK_SET)
+    return payload, status, timed_out, placed
+
+
+def _result(payload: bytes, status: int, timed_out: bool, limits: dict) -> tuple[dict, list]:
+    """The checker's report, only the fields known, and the paths it wrote; or why there is none."""
     try:
         got = json.loads(payload.decode())
         result = {k: got.get(k) for k in ("answer_error", "check_error", "tampered", "rebound")}
@@ -303,10 +294,29 @@ def _exercise(request: dict, template: Template, limits: dict, io: tuple) -> dic
         result = {"answer_error": None, "check_error": None, "tampered": [], "rebound": [],
                   "fatal": _why(status, timed_out, limits)}
         written = []
-    changed = _changed_files(stats, written, root)
-    _remove_new(root, before)
+    return result, written
+
+
+def _exercise(request: dict, template: Template, limits: dict, io: tuple, reserve: Reserve | None) -> dict:
+    root = os.getcwd()
+    if reserve is not None:
+        reserve.refill()
+    before, stats = listing(root), file_stats(root)
+    shm = limits.get("shm")
+    shm_before = listing(shm) if shm and os.path.isdir(shm) else set()
+    payload, status, timed_out, placed = _run_checker(request, template, limits, io)
+    kill_strays(keep=(template.pid,))
+    os.ftruncate(1, 0)  # the output log: nobody reads it, and the size limit is per file
+    os.lseek(1, 0, os.SEEK_SET)
+    result, written = _result(payload, status, timed_out, limits)
+    hit = space_hit(root, shm, limits, reserve) if placed else \
+        "the exercise could not be put under its limits (the grader placed no cgroup)"
+    if hit:
+        result["fatal"] = hit
+    changed = changed_files(stats, written, root)
+    remove_new(root, before)
     if shm and os.path.isdir(shm):  # its size limit is then the exercise's, not the notebook's
-        _remove_new(shm, shm_before)
+        remove_new(shm, shm_before)
     if changed:  # the setup's files are no longer what the next checks expect: a fresh judge
         result = {**result, "tampered": [*result["tampered"], *changed], "restart": True}
     return {"op": "result", "key": request["key"], **result}
@@ -367,12 +377,15 @@ def main(argv: list[str] | None = None) -> int:
     sys.modules["__main__"] = module
     earlier: list[tuple[str, str]] = []
     template = Template(module, limits, (requests, replies))  # before any check cell is read
+    # after the template: no checker or answer process holds the reserve
+    reserve = Reserve(os.getcwd(), limits["file_mb"]) if limits.get("work_tmpfs") else None
     while line := requests.readline():
         request = json.loads(line)
         if request["op"] == "setup":
             reply = {"op": "setup", "index": request["index"], "error": template.setup(request)}
         elif request["op"] == "exercise":
-            reply = _exercise({**request, "earlier": list(earlier)}, template, limits, (requests, replies))
+            reply = _exercise({**request, "earlier": list(earlier)}, template, limits, (requests, replies),
+                              reserve)
             earlier.append((request["key"], request["answer"]))
         else:
             break
