@@ -74,7 +74,7 @@ from common import (
     get_device,
     seed_everything,
 )
-from common.fast.benchmark import BenchConfig, run_benchmark, time_epochs, verdict
+from common.fast.benchmark import BenchConfig, run_benchmark, verdict
 from common.fast.benchmark import plot as plot_benchmark
 from common.fast.cache import CacheConfig, CachedImageDataset, ensure_cache
 from common.fast.costs import epochs_curve, formulations
@@ -94,6 +94,7 @@ from common.fast.pipeline import (
     make_fast_loader,
 )
 from common.fast.profiling import DataWaitMeter, native_stderr_silenced, time_stages
+from common.fast.timing import time_epochs
 
 generator = seed_everything(0)
 device = get_device()

@@ -59,7 +59,9 @@ from common import (
     describe_device,
     ensure_data,
     get_device,
+    is_quick_run,
     seed_everything,
+    sized,
 )
 from common.ddp.collectives_demo import COST_SIZES
 from common.ddp.collectives_demo import main as collectives_demo
@@ -686,7 +688,7 @@ show_diff(ddp, ddp_cached, before_name="ddp.py", after_name="ddp_cached.py")
 # with 32 each), for the throughput and the learning curves below:
 
 # %%
-NUM_EPOCHS = 12
+NUM_EPOCHS = sized(12, quick=2)  # 12; 2 under `make test` (common/quick.py)
 cache_arg = ["--cache", os.path.relpath(cache.root.parent)]
 epochs_arg = ["--num-epochs", str(NUM_EPOCHS)]
 printed2 = torchrun_script(RUNS / "ddp_cached.py", 2, "--out", str(RUNS / "cached2"), *epochs_arg, *cache_arg)
@@ -772,7 +774,7 @@ ax.legend()
 plt.show()
 val_acc = curves["val acc, 2 processes"].iloc[-1]
 assert all(e["val_samples"] == 240 for e in cached2[0]["epochs"]), "every validation image exactly once"
-assert val_acc >= 0.7, f"DDP should learn: validation accuracy {val_acc:.3f}"
+assert is_quick_run() or val_acc >= 0.7, f"DDP should learn: validation accuracy {val_acc:.3f}"
 print(curves.round(3).to_string())
 print(f"2 processes: validation accuracy {val_acc:.3f} after {NUM_EPOCHS} epochs "
       f"({len(cached2[0]['steps'])} steps); ddp.py after 2 epochs ({len(logs[0]['steps'])} steps): "
@@ -845,7 +847,7 @@ assert syncs == len(final[0]["steps"]) // 2 and final[0]["weights"] == final[1][
 # ## The same script, grown up
 # `ddp.py` is the whole idea; a script for long runs needs more around it: resuming from snapshots after a
 # crash, automatic restarts, exact-once validation, logging, gradient accumulation and mixed precision.
-# That is `common/ddp/train.py`, which Chapter 4.2 opens. Change 1 is its `setup_distributed`, for example
+# That is `common.ddp.train` (its code in `common/ddp/trainer.py`), which Chapter 4.2 opens. Change 1 is its `setup_distributed`, for example
 # (it also handles a plain `python` start, where `torchrun` set no variables):
 
 # %%

@@ -55,14 +55,22 @@ from tqdm.auto import tqdm
 
 from common import (
     CustomImageDataset,
-    ShardedImageDataset,
     V2EvalPreset,
     ensure_data,
     get_device,
+    is_quick_run,
     seed_everything,
+    sized,
 )
 from common.data import CustomDataset
-from common.shards import ShardError, ShardInfo, ensure_shards, read_manifest, worker_quotas
+from common.shards import (
+    ShardedImageDataset,
+    ShardError,
+    ShardInfo,
+    ensure_shards,
+    read_manifest,
+    worker_quotas,
+)
 from common.synthetic import default_data_root
 
 wds = importlib.import_module("webdataset") if importlib.util.find_spec("webdataset") else None
@@ -378,13 +386,14 @@ plt.show()
 # a few seconds per epoch on two CPU cores (each epoch's time is printed): enough to show the mechanics (equal batch counts on uneven
 # shards, no hang) and a model that learns — the loss falls well below chance level (ln 6 ≈ 1.79) and
 # validation accuracy climbs far above 1/6, though with a constant learning rate it still jumps around
-# (Chapter 1 showed why; exercise 5 adds a learning-rate schedule).
+# (Chapter 1 showed why; exercise 5 adds a learning-rate schedule). `make test`, which only checks that
+# the cells run, trains 2 epochs instead (`sized(10, quick=2)`, `common/quick.py`).
 
 # %%
 run_file = scratch / "shard_run.json"
 command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "common.shards.train", "--shards", str(SHARD_ROOT / "train"), "--val-shards",
-           str(SHARD_ROOT / "val"), "--num-epochs", "10", "--image-size", "32", "--no-augment",
+           str(SHARD_ROOT / "val"), "--num-epochs", str(sized(10, quick=2)), "--image-size", "32", "--no-augment",
            "--out", str(run_file)]
 start = time.perf_counter()
 done = subprocess.run(command, capture_output=True, text=True, timeout=300,
@@ -399,7 +408,7 @@ assert done.returncode == 0, done.stderr[-2000:]
 # %%
 epochs = pd.DataFrame(json.loads(run_file.read_text())["epochs"])
 assert all(b[0] == b[1] for b in epochs.batches_per_rank)
-assert epochs.train_loss.iloc[-1] < 1.4 and epochs.val_acc.max() > 0.4, "the model should learn"
+assert is_quick_run() or (epochs.train_loss.iloc[-1] < 1.4 and epochs.val_acc.max() > 0.4), "the model should learn"
 epochs[["epoch", "batches_per_rank", "samples_per_rank", "train_loss", "val_acc"]]
 
 # %% [markdown]

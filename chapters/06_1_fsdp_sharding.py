@@ -230,7 +230,7 @@ print(inspect.getsource(shard_model).split('"""')[0] + inspect.getsource(shard_m
 # ## FSDP vs DDP, measured side by side
 # `common.fsdp.bench` (`make bench-fsdp`) trains the same model with each strategy on 2 CPU ranks, one
 # thread each, and reports samples/s and the bytes of parameters + gradients + optimizer state that a
-# rank holds, counted from its local tensors. A short run here; the README has the longer one.
+# rank holds, counted from its local tensors. A short run here; [docs/figures.md](../docs/figures.md) has the longer one.
 
 # %%
 result = pd.DataFrame(compare(BenchConfig(repeats=1, steps=6))).T

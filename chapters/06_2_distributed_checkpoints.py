@@ -55,7 +55,6 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from common import ensure_data, get_device, seed_everything
 from common.ddp.launch import run_command, torchrun_command
-from common.ddp.train import batchnorm_to_groupnorm
 from common.fsdp.checkpoint import (
     CheckpointError,
     async_save_checkpoint,
@@ -65,7 +64,7 @@ from common.fsdp.checkpoint import (
     training_state,
 )
 from common.fsdp.train import main
-from common.models import SmallCNN
+from common.models import SmallCNN, batchnorm_to_groupnorm
 
 # Without a process group DCP warns that it assumes a single process: here that is the intent.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")

@@ -35,13 +35,12 @@ from torch.utils.data import DataLoader
 
 from common import (
     CustomImageDataset,
-    ShardedImageDataset,
     V2EvalPreset,
     ensure_data,
     get_device,
     seed_everything,
 )
-from common.shards import ensure_shards, read_manifest
+from common.shards import ShardedImageDataset, ensure_shards, read_manifest
 from common.synthetic import SyntheticConfig
 from course.assignments import checks
 

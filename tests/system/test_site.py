@@ -94,7 +94,11 @@ def tiny_repo(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def site(tiny_repo, tmp_path_factory):
+    """The tiny repository's site, built over an earlier build of ours (a stale page in it)."""
     out = tmp_path_factory.mktemp("site") / "html"
+    out.mkdir()
+    (out / MARKER).write_text("")
+    (out / "stale.html").write_text("old")
     chapters, warnings = build_site(tiny_repo, out)
     return out, chapters, warnings
 
@@ -275,20 +279,30 @@ def test_freeze_widgets_uses_the_final_state():
     assert "widgets" not in nb.metadata
 
 
-def test_output_folder_is_rebuilt_but_a_foreign_one_is_refused(tiny_repo, tmp_path):
+def test_output_folder_is_rebuilt_but_a_foreign_one_is_refused(site, tiny_repo, tmp_path):
+    out, _, _ = site  # built over our own earlier build: its stale page is gone
+    assert (out / MARKER).is_file() and not (out / "stale.html").exists()
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="foreign"):
         build_site(tiny_repo, foreign)
     assert (foreign / "notes.txt").read_text() == "mine"
-    out = tmp_path / "html"
-    (out / "stale.html").parent.mkdir()
-    (out / MARKER).write_text("")
-    (out / "stale.html").write_text("old")
-    assert main(["--root", str(tiny_repo), "--out", str(out), "--no-exercises"]) == 0
-    assert (out / MARKER).is_file() and not (out / "stale.html").exists()
-    assert not (out / "chapters" / "exercises").exists()
+
+
+def test_no_exercises_leaves_the_exercise_notebooks_out(tiny_repo, tmp_path, monkeypatch):
+    """``--no-exercises`` reaches the build (the build itself is the fixture's; one build)."""
+    import course.site
+    from course.site_pages import EDITIONS, find_chapters
+
+    asked = {}
+    monkeypatch.setattr(course.site, "build_site", lambda root, out, **kw: asked.update(kw) or ([], []))
+    assert main(["--root", str(tiny_repo), "--out", str(tmp_path / "html"), "--no-exercises"]) == 0
+    assert asked == {"with_exercises": False}
+    chapters, _ = find_chapters(tiny_repo, EDITIONS["en"], with_exercises=False)
+    assert chapters and not [c for c in chapters if "exercises" in c.source]
+    everything, _ = find_chapters(tiny_repo, EDITIONS["en"])
+    assert [c for c in everything if "exercises" in c.source], "the tiny repository has an exercise"
 
 
 def test_docs_link_only_to_files_that_exist():
