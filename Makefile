@@ -25,6 +25,10 @@ NOTEBOOKS := $(sort $(wildcard chapters/*.ipynb)) $(sort $(wildcard chapters/exe
 WHEEL_CHAPTERS := chapters/01_pytorch_basics.ipynb chapters/02_1_dataset_dataloader.ipynb \
 	chapters/04_1_ddp_fundamentals.ipynb
 NBVAL_NOTEBOOKS := $(filter-out $(WHEEL_CHAPTERS),$(sort $(wildcard chapters/*.ipynb)))
+# The run of `make test` (and `make durations`): the files longest first, from tests/durations.json
+# (tests/durations.py), so that the two workers finish together.
+TEST_RUN = COMPANION_QUICK=1 $(NETGUARD) $(BIN)/python -m pytest tests $(NBVAL_NOTEBOOKS) --nbval-lax \
+	--nbval-current-env --nbval-cell-timeout=180 --timeout=300 -p no:cacheprovider -q $(PYTEST_PARALLEL)
 # Two pytest workers; --dist loadfile keeps all cells of a notebook in one kernel, in order.
 PYTEST_PARALLEL ?= -n 2 --dist loadfile
 # Tests run with a guard that refuses any connection off this machine (tests/netguard), and with
@@ -33,7 +37,7 @@ PYTEST_PARALLEL ?= -n 2 --dist loadfile
 NETGUARD := PYTHONPATH=$(CURDIR)/tests/netguard COMPANION_NETGUARD_LOG=$(CURDIR)/build/netguard.log \
 	OMP_NUM_THREADS=1
 
-.PHONY: lab-hint help install data lab test check unit notebooks bench bench-ddp bench-fsdp assignments grade html translations doctor system-deps shards lint format clean distclean
+.PHONY: lab-hint help install data lab test durations check unit notebooks bench bench-ddp bench-fsdp assignments grade html translations doctor system-deps shards lint format clean distclean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -61,8 +65,11 @@ lab-hint: ## Print how to open the Chinese edition (part of `make lab`)
 test: data ## Run every check: ruff, both test tiers, every notebook by its strongest check (tiny sizes)
 	$(BIN)/ruff check .
 	@mkdir -p build && rm -f build/netguard.log
-	COMPANION_QUICK=1 $(NETGUARD) $(BIN)/python -m pytest tests $(NBVAL_NOTEBOOKS) --nbval-lax --nbval-current-env \
-		--nbval-cell-timeout=180 --timeout=300 -p no:cacheprovider -q $(PYTEST_PARALLEL)
+	$(TEST_RUN)
+
+durations: data ## Run `make test`'s tests and record each file's seconds in tests/durations.json
+	@mkdir -p build && rm -f build/netguard.log
+	COMPANION_RECORD_DURATIONS=tests/durations.json $(TEST_RUN)
 
 check: data ## The edit loop (about 25 s): ruff, the unit tier (tests/unit: no test starts a process), notebook hygiene
 	$(BIN)/ruff check .

@@ -204,8 +204,14 @@ print(eval_preset)
 # `transforms.v2` is torchvision's current API. Its presets replace `ToTensor()` by two explicit steps:
 # `ToImage()` (PIL or ndarray -> uint8 tensor image) and `ToDtype(torch.float32, scale=True)` (-> floats in
 # [0, 1]). They accept PIL images and uint8 tensors alike and do the geometry on uint8 (usually the faster
-# path; Chapter 3 measures pipelines). What each contains, and on the same input the eval presets agree up
-# to resampling differences:
+# path; Chapter 3 measures pipelines). The two v2 presets of the next cell, step by step, as
+# `common.diagrams` finds them by running each step with several seeds (a step whose output changes is random):
+#
+# ![The v2 training and evaluation presets, step by step](figures/transform_pipeline.svg)
+#
+# *Only the training preset's middle steps are random (a new crop, flip, rotation and colour on every call, so each epoch sees new images); both presets start with `ToImage` and end with `ToDtype` and `Normalize`, and all of it runs in `__getitem__`, in the worker.*
+#
+# What each contains, and on the same input the eval presets agree up to resampling differences:
 
 # %%
 v2_eval = V2EvalPreset(resize_size=72, crop_size=64)

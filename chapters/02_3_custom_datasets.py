@@ -68,10 +68,12 @@ from common import (
     ensure_data,
     fit,
     get_device,
+    is_quick_run,
     plot_class_counts,
     plot_history,
     seed_everything,
     show_images,
+    sized,
 )
 
 generator = seed_everything(0)
@@ -227,6 +229,12 @@ except RuntimeError as error:
 # %% [markdown]
 # `common.PadCollate` pads every image of a batch to the largest height and width (bottom and right) and
 # returns the original sizes too, so later code can ignore the padding. It lives in `common` for the workers.
+# The whole path from the annotations CSV to a batch, with what `PadCollate` and `balanced_sampler` (below)
+# return for four rows:
+#
+# ![From annotations CSV rows to a padded batch](figures/collate_path.svg)
+#
+# *Each CSV row becomes one sample of its own size in `__getitem__`; `PadCollate` pads them to the batch's largest height and width (hatched) and returns the sizes with them, and `balanced_sampler` would draw the rows by their weights w instead of in order.*
 
 # %%
 images, labels, sizes = next(iter(DataLoader(variable, batch_size=4, collate_fn=PadCollate())))
@@ -352,13 +360,13 @@ print(f"{count_parameters(model):,} parameters")
 # the 90% we assert, since other machines round differently (Exercise 5 repeats the check).
 
 # %%
-num_epochs = 24
+num_epochs = sized(24, quick=3)  # 24; 3 under `make test` (common/quick.py)
 optimizer = torch.optim.AdamW(model.parameters(), lr=8e-3)
 scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=8e-3, total_steps=num_epochs)
 history = fit(model, train_loader, val_loader, optimizer=optimizer, scheduler=scheduler,
               num_epochs=num_epochs, device=device)
 print(f"final validation accuracy: {history.val_acc[-1]:.3f}")
-assert history.val_acc[-1] >= 0.9
+assert is_quick_run() or history.val_acc[-1] >= 0.9
 
 # %% [markdown]
 # The curves: both losses fall, and train and validation accuracy rise together (no overfitting gap).

@@ -249,7 +249,16 @@ fig.tight_layout()
 # `common.ddp.train` (Chapter 4) resumes mid-epoch by bookkeeping: it saves `(epoch, batch_in_epoch)` and
 # restarts its `ResumableDistributedSampler` with `set_epoch(epoch, start=batch_in_epoch * batch_size)`.
 # torchdata's `StatefulDataLoader` is a drop-in `DataLoader` with `state_dict()` / `load_state_dict()` that
-# does this for any sampler — including the workers' progress and their prefetched batches:
+# does this for any sampler, workers included. Its state is a position, not data: how many batches were
+# yielded, where the sampler is in this epoch's order (and its generator's state), and each worker's own
+# state. Prefetched batches are not in it: the resumed loader fetches them again. Drawn from a run without
+# workers:
+#
+# ![A loader stopped after step 3, resumed and restarted](figures/loader_resume.svg)
+#
+# *The state saved at step 3 is a position, not data: the resumed `StatefulDataLoader` (even with another seed) yields exactly the batches of the uninterrupted run from step 4 on, while a plain `DataLoader` starts the epoch over and repeats the first three.*
+#
+# The same with two workers, resumed in a loader with another seed:
 
 # %%
 numbers = TensorDataset(torch.arange(40))

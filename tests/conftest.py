@@ -30,3 +30,19 @@ def pytest_sessionfinish(session, exitstatus):
     if log and Path(log).is_file() and Path(log).read_text().strip():
         print(f"\nNetwork access was attempted (see {log}):\n{Path(log).read_text()}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Longest files first (tests/durations.py), so that two workers finish together."""
+    from tests.durations import load, order
+
+    items[:] = [items[i] for i in order([item.nodeid for item in items], load())]
+
+
+def pytest_configure(config):
+    """``make durations``: the controller (which sees every worker's reports) records them."""
+    from tests.durations import RECORD_ENV, Recorder
+
+    path = os.environ.get(RECORD_ENV)
+    if path and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(Recorder(Path(path)), "companion-durations")

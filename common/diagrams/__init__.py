@@ -37,16 +37,19 @@ from common.diagrams.pipeline import (
     draw_shard_assignment,
     prefetch_timeline,
 )
-
-__all__ = ["CAPTIONS", "DIAGRAMS", "LABELS", "LANGUAGES", "draw", "labels_for", "prefetch_timeline",
-           "render", "render_svg", "svg_path", "write_all"] + [
-    f"draw_{name}" for name in ("pipeline_stages", "loader_prefetch", "sampler_split",
-                                "shard_assignment", "ring_allreduce", "ddp_buckets", "zero_stages",
-                                "fsdp_unit", "dcp_reshard", "elastic_rendezvous")]
+from common.diagrams.resume import draw_loader_resume, resume_timeline
+from common.diagrams.samples import (
+    collate_batch,
+    draw_collate_path,
+    draw_transform_pipeline,
+    transform_steps,
+)
 
 #: Every diagram, in the order the chapters meet them.
 DIAGRAMS: dict[str, Callable[..., Figure]] = {
     "pipeline_stages": draw_pipeline_stages,
+    "transform_pipeline": draw_transform_pipeline,
+    "collate_path": draw_collate_path,
     "loader_prefetch": draw_loader_prefetch,
     "sampler_split": draw_sampler_split,
     "shard_assignment": draw_shard_assignment,
@@ -55,8 +58,13 @@ DIAGRAMS: dict[str, Callable[..., Figure]] = {
     "zero_stages": draw_zero_stages,
     "fsdp_unit": draw_fsdp_unit,
     "dcp_reshard": draw_dcp_reshard,
+    "loader_resume": draw_loader_resume,
     "elastic_rendezvous": draw_elastic_rendezvous,
 }
+
+__all__ = ["CAPTIONS", "DIAGRAMS", "LABELS", "LANGUAGES", "collate_batch", "draw", "labels_for",
+           "prefetch_timeline", "render", "render_svg", "resume_timeline", "svg_path",
+           "transform_steps", "write_all"] + [f"draw_{name}" for name in DIAGRAMS]
 
 #: The fonts the SVG names: matplotlib's own DejaVu Sans is what the layout was measured with
 #: (on every machine the same, so the bytes are), then CJK fonts a reader is likely to have.

@@ -20,6 +20,22 @@ LABELS: dict[str, dict[str, dict[str, str]]] = {
             "to_device": "batch.to(device)",
             "worker": "a DataLoader worker process (num_workers > 0)",
             "main": "the main process"},
+        "transform_pipeline": {
+            "input": "PIL image", "output": "tensor", "train": "training: {}",
+            "eval": "evaluation: {}",
+            "types": "under a step: its output, where the dtype or shape changes",
+            "getitem": "all of it runs in Dataset.__getitem__(i): in a DataLoader worker when "
+                       "num_workers > 0",
+            "random": "random: a new draw on every call",
+            "fixed": "deterministic: the same output on every call"},
+        "collate_path": {
+            "csv": "annotations CSV", "dataset": "CustomImageDataset", "samples": "samples",
+            "batch": "PadCollate() → one batch", "weight": "w = {}",
+            "sampler": "balanced_sampler: w = 1 / count(label)", "getitem": "__getitem__(i)",
+            "row": "row i → path, label", "load": "load_rgb(path)",
+            "transform": "transform(image)", "returns": "return image, label",
+            "shapes": "images {}\nlabels {} · sizes {}", "item": "label {} · size ({}, {})",
+            "note": "hatched: padding; sizes say where each image ends"},
         "loader_prefetch": {
             "worker": "worker {}", "main": "main process", "batch": "batch {}",
             "wait": "wait", "idle": "idle", "step_n": "step {}", "time": "time →",
@@ -64,6 +80,19 @@ LABELS: dict[str, dict[str, dict[str, str]]] = {
             "file": "__{}_0.distcp", "row": "row {}", "rank": "rank {}",
             "metadata": ".metadata: which rows are in which file",
             "note": "each new rank reads only the rows it needs, from whichever file holds them"},
+        "loader_resume": {
+            "step": "step", "full": "uninterrupted run",
+            "resumed": "StatefulDataLoader,\nload_state_dict(state)",
+            "restarted": "plain DataLoader,\nstarted again", "batch": "b{}",
+            "same": "= uninterrupted", "stop": "stop after step {}: checkpoint",
+            "twice": "seen twice", "state": "loader.state_dict() after step {}",
+            "yielded": "_num_yielded = {}: batches already yielded",
+            "samples": "samples_yielded = {}: the sampler's position",
+            "generator": "generator: {} bytes of RNG state (this epoch's order)",
+            "workers": "with num_workers > 0, also one snapshot per worker",
+            "not_saved": "not in it: prefetched batches (fetched again on resume)",
+            "continues": "resumed: step {} gets b{},\nsamples {}",
+            "restart_note": "started again: b1–b{} once more,\nthe epoch ends at step {}"},
         "elastic_rendezvous": {
             "agent": "agent {}", "round": "rendezvous round {}", "train": "start at world size {}",
             "resume": "resume at world size {}", "rank": "rank {}",
@@ -82,6 +111,20 @@ LABELS: dict[str, dict[str, dict[str, str]]] = {
             "to_device": "batch.to(device)",
             "worker": "数据加载器的工作进程（num_workers > 0）",
             "main": "主进程"},
+        "transform_pipeline": {
+            "input": "PIL 图片", "output": "张量", "train": "训练：{}", "eval": "评估：{}",
+            "types": "步骤下方：它的输出（只在 dtype 或形状改变时标出）",
+            "getitem": "这些都在 Dataset.__getitem__(i) 中运行：num_workers > 0 时在数据加载器的工作进程里",
+            "random": "随机：每次调用都重新抽取",
+            "fixed": "确定性：每次调用输出都相同"},
+        "collate_path": {
+            "csv": "标注文件（CSV）", "dataset": "CustomImageDataset", "samples": "样本",
+            "batch": "PadCollate() → 一个批次", "weight": "w = {}",
+            "sampler": "balanced_sampler：w = 1 / 同类样本数", "getitem": "__getitem__(i)",
+            "row": "第 i 行 → path, label", "load": "load_rgb(path)",
+            "transform": "transform(image)", "returns": "return image, label",
+            "shapes": "images {}\nlabels {} · sizes {}", "item": "标签 {} · 尺寸 ({}, {})",
+            "note": "斜线：填充；sizes 记录每张图片在哪里结束"},
         "loader_prefetch": {
             "worker": "工作进程 {}", "main": "主进程", "batch": "批次 {}",
             "wait": "等待", "idle": "空闲", "step_n": "第 {} 步", "time": "时间 →",
@@ -125,6 +168,19 @@ LABELS: dict[str, dict[str, dict[str, str]]] = {
             "file": "__{}_0.distcp", "row": "第 {} 行", "rank": "rank {}",
             "metadata": ".metadata：哪些行在哪个文件里",
             "note": "每个新 rank 只读取自己需要的行，无论它们在哪个文件里"},
+        "loader_resume": {
+            "step": "步", "full": "不中断地运行",
+            "resumed": "StatefulDataLoader，\nload_state_dict(state)",
+            "restarted": "普通 DataLoader，\n重新开始", "batch": "b{}",
+            "same": "= 不中断时的批次", "stop": "第 {} 步后停止：保存检查点",
+            "twice": "看到两次", "state": "第 {} 步后的 loader.state_dict()",
+            "yielded": "_num_yielded = {}：已经产出的批次数",
+            "samples": "samples_yielded = {}：采样器的位置",
+            "generator": "generator：{} 字节的随机数状态（本轮次的顺序）",
+            "workers": "num_workers > 0 时，每个工作进程还各有一份快照",
+            "not_saved": "不包括：已预取的批次（恢复时重新获取）",
+            "continues": "恢复后：第 {} 步得到 b{}，\n样本 {}",
+            "restart_note": "重新开始：b1–b{} 再来一遍，\n轮次到第 {} 步才结束"},
         "elastic_rendezvous": {
             "agent": "代理 {}", "round": "第 {} 轮 rendezvous", "train": "以 world size {} 启动",
             "resume": "以 world size {} 恢复", "rank": "rank {}",
@@ -140,6 +196,14 @@ CAPTIONS: dict[str, dict[str, str]] = {
         "pipeline_stages": "A sample's way to the model: everything left of the device copy runs "
                            "in a DataLoader worker, so a slow decode or transform never blocks "
                            "the training loop while the workers keep up.",
+        "transform_pipeline": "Only the training preset's middle steps are random (a new crop, flip, "
+                              "rotation and colour on every call, so each epoch sees new images); "
+                              "both presets start with `ToImage` and end with `ToDtype` and "
+                              "`Normalize`, and all of it runs in `__getitem__`, in the worker.",
+        "collate_path": "Each CSV row becomes one sample of its own size in `__getitem__`; "
+                        "`PadCollate` pads them to the batch's largest height and width (hatched) "
+                        "and returns the sizes with them, and `balanced_sampler` would draw the "
+                        "rows by their weights w instead of in order.",
         "loader_prefetch": "The loop waits only for the first batch; after that the two workers "
                            "stay up to four batches ahead, and pause when the queue is full.",
         "sampler_split": "Every rank gets the same number of indices (the hatched ones are "
@@ -157,6 +221,10 @@ CAPTIONS: dict[str, dict[str, str]] = {
                      "outside them each rank holds just its shard, and its gradient shard.",
         "dcp_reshard": "The checkpoint's two files are cut along rows, not ranks: three ranks "
                        "load it by reading the rows they need, the middle rank from both files.",
+        "loader_resume": "The state saved at step 3 is a position, not data: the resumed "
+                         "`StatefulDataLoader` (even with another seed) yields exactly the batches "
+                         "of the uninterrupted run from step 4 on, while a plain `DataLoader` "
+                         "starts the epoch over and repeats the first three.",
         "elastic_rendezvous": "Every change of membership is a new rendezvous round and a "
                               "restart at the new world size from the newest checkpoint; only "
                               "a leave uses up a --max-restarts attempt.",
@@ -164,6 +232,12 @@ CAPTIONS: dict[str, dict[str, str]] = {
     "zh": {
         "pipeline_stages": "样本通往模型的路径：复制到设备之前的所有步骤都在数据加载器的工作进程中运行，"
                            "所以只要工作进程跟得上，慢的解码或变换就不会阻塞训练循环。",
+        "transform_pipeline": "只有训练预设中间的几步是随机的（每次调用都重新裁剪、翻转、旋转和调整颜色，"
+                              "所以每个轮次看到的都是新图片）；两个预设都以 `ToImage` 开始、以 `ToDtype` 和 "
+                              "`Normalize` 结束，而且全部在工作进程里的 `__getitem__` 中运行。",
+        "collate_path": "每个 CSV 行在 `__getitem__` 中变成一个尺寸各不相同的样本；`PadCollate` 把它们"
+                        "填充到批次中最大的高和宽（斜线部分），并同时返回原来的尺寸；换用 "
+                        "`balanced_sampler` 时，它按权重 w 抽取各行，而不是按顺序。",
         "loader_prefetch": "训练循环只为第一个批次等待；之后两个工作进程最多领先四个批次，"
                            "队列满了就暂停。",
         "sampler_split": "每个 rank 得到同样多的索引（带斜线的是为补齐而重复的索引），"
@@ -180,6 +254,9 @@ CAPTIONS: dict[str, dict[str, str]] = {
                      "自己的分片，以及自己的梯度分片。",
         "dcp_reshard": "检查点的两个文件按行切分，而不是按 rank 切分：三个 rank 各自读取需要的行来加载它，"
                        "中间的 rank 要从两个文件里读。",
+        "loader_resume": "第 3 步保存的状态是一个位置，而不是数据：恢复后的 `StatefulDataLoader`"
+                         "（即使换了种子）从第 4 步起产出的批次与不中断运行时完全相同，而普通的 "
+                         "`DataLoader` 会从头开始这个轮次，把前三个批次重复一遍。",
         "elastic_rendezvous": "每次成员变化都是一轮新的 rendezvous，并以新的 world size 从最新的检查点重启；"
                               "只有离开会用掉一次 --max-restarts。",
     },

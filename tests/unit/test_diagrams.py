@@ -13,7 +13,17 @@ import nbformat
 import pytest
 
 from common import diagrams
-from common.diagrams import CAPTIONS, DIAGRAMS, LABELS, LANGUAGES, prefetch_timeline, render_svg
+from common.diagrams import (
+    CAPTIONS,
+    DIAGRAMS,
+    LABELS,
+    LANGUAGES,
+    collate_batch,
+    prefetch_timeline,
+    render_svg,
+    resume_timeline,
+    transform_steps,
+)
 from common.diagrams.__main__ import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,6 +35,8 @@ CASES = [(name, language) for name in DIAGRAMS for language in LANGUAGES]
 #: notebook of the same name embeds figures/zh/).
 PLACEMENTS = {
     "pipeline_stages": "02_1_dataset_dataloader.ipynb",
+    "transform_pipeline": "02_2_transforms_augmentation.ipynb",
+    "collate_path": "02_3_custom_datasets.ipynb",
     "loader_prefetch": "03_1_efficient_pipelines.ipynb",
     "sampler_split": "04_2_ddp_training.ipynb",
     "shard_assignment": "05_sharded_datasets.ipynb",
@@ -33,6 +45,7 @@ PLACEMENTS = {
     "zero_stages": "06_1_fsdp_sharding.ipynb",
     "fsdp_unit": "06_1_fsdp_sharding.ipynb",
     "dcp_reshard": "06_2_distributed_checkpoints.ipynb",
+    "loader_resume": "06_3_compile_and_resumable_loaders.ipynb",
     "elastic_rendezvous": "06_4_elastic_training.ipynb",
 }
 #: Placements not made yet (those notebooks were being edited elsewhere); remove a name once its
@@ -159,6 +172,47 @@ def test_prefetch_timeline_follows_the_dataloaders_dispatch_rule():
     assert steps[0][1] == pytest.approx(0.8)
     slow, _ = prefetch_timeline(num_workers=1, prefetch_factor=1, num_batches=3, load=1.0, step=0.5)
     assert [start for _, start, _ in slow] == [0.0, 1.0, 2.0]
+
+
+def test_transform_steps_find_the_random_steps_and_each_output():
+    import torch
+    from torchvision.transforms import v2
+
+    from common.diagrams.samples import sample_image
+    from common.transforms import V2EvalPreset, V2TrainPreset
+
+    image = sample_image(96, 80)
+    train = transform_steps(V2TrainPreset(crop_size=64).pipeline.transforms, image)
+    assert [(s.name, s.random) for s in train] == [
+        ("ToImage", False), ("RandomResizedCrop", True), ("RandomHorizontalFlip", True),
+        ("RandomRotation", True), ("ColorJitter", True), ("ToDtype", False), ("Normalize", False)]
+    assert [(s.kind, s.shape) for s in train[:2]] == [("uint8", "3×80×96"), ("uint8", "3×64×64")]
+    assert (train[-1].kind, train[-1].shape) == ("float32", "3×64×64")
+    evaluation = transform_steps(V2EvalPreset(resize_size=72, crop_size=64).pipeline.transforms,
+                                 image)
+    assert not any(s.random for s in evaluation) and evaluation[1].shape == "3×72×86"
+    state = torch.random.get_rng_state()
+    transform_steps([v2.RandomHorizontalFlip()], image)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's RNG is left alone
+    assert transform_steps([v2.RandomHorizontalFlip(p=0.0)], image)[0].random is False
+
+
+def test_collate_batch_is_what_padcollate_and_the_balanced_sampler_make():
+    rows = (("a.jpg", 1, (5, 7)), ("b.jpg", 0, (6, 3)), ("c.jpg", 1, (2, 2)))
+    images, labels, sizes, weights = collate_batch(rows)
+    assert images.shape == (3, 3, 6, 7) and labels.tolist() == [1, 0, 1]
+    assert sizes.tolist() == [[5, 7], [6, 3], [2, 2]] and weights == [0.5, 1.0, 0.5]
+    assert images[0, :, 5:].abs().sum() == 0 and images[1, :, :, 3:].abs().sum() == 0
+
+
+def test_resume_timeline_continues_where_the_stateful_loader_stopped():
+    run = resume_timeline(num_samples=20, batch_size=4, stop_after=2, seed=1)
+    assert len(run.full) == 5 and sorted(sum(run.full, [])) == list(range(20))
+    assert run.resumed == [3, 4, 5]  # the same batches the uninterrupted epoch had next
+    assert run.restarted == [1, 2, 3, 4, 5]  # a plain DataLoader starts the epoch over
+    assert (run.batches_yielded, run.samples_yielded) == (2, 8) and run.generator_bytes > 0
+    drawn = _svg_texts(render_svg("loader_resume", "en"))
+    assert "b4" in drawn and "_num_yielded = 3: batches already yielded" in drawn
 
 
 def test_zero_stages_print_the_bytes_of_common_fsdp():
