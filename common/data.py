@@ -148,6 +148,8 @@ class CustomImageDataset(Dataset):
         transform: Applied to the PIL image.
         target_transform: Applied to the integer label.
         num_classes: If given, every label must lie in ``0 .. num_classes - 1``.
+        classes: If given, the labels are these class names, numbered by their position
+            (``common.layouts``: a CSV written with names instead of integers).
         on_bad: ``"raise"`` (default) stops at the first bad row; ``"skip"`` leaves bad
             rows out, lists them in ``self.skipped`` and warns with their count.
         check_images: Also decode every image now (slower) so corrupt files are found at
@@ -168,7 +170,8 @@ class CustomImageDataset(Dataset):
     def __init__(self, annotations_file: str | os.PathLike, img_dir: str | os.PathLike,
                  transform: Callable | None = None, target_transform: Callable | None = None,
                  *, num_classes: int | None = None, on_bad: str = "raise",
-                 check_images: bool = False, max_pixels: int | None = None) -> None:
+                 check_images: bool = False, max_pixels: int | None = None,
+                 classes: Sequence[str] | None = None) -> None:
         if on_bad not in ("raise", "skip"):
             raise ValueError(f"on_bad must be 'raise' or 'skip', got {on_bad!r}")
         self.annotations_file = Path(annotations_file)
@@ -178,6 +181,8 @@ class CustomImageDataset(Dataset):
         self.transform = transform
         self.target_transform = target_transform
         self.max_pixels = max_pixels
+        self.classes = tuple(classes) if classes is not None else None
+        self._class_index = {name: i for i, name in enumerate(self.classes or ())}
         frame = read_annotations(self.annotations_file)
         paths, labels, lines, skipped = [], [], [], []
         for row, (name, label) in enumerate(frame.itertuples(index=False, name=None)):
@@ -211,7 +216,11 @@ class CustomImageDataset(Dataset):
     def _check_row(self, name: str, label: str, where: str, num_classes: int | None,
                    check_images: bool) -> tuple[Path, int]:
         path = resolve_inside(self.img_dir, name, where=where)
-        value = parse_label(label, where=f"{where}: {name!r}", num_classes=num_classes)
+        if self.classes is None:
+            value = parse_label(label, where=f"{where}: {name!r}", num_classes=num_classes)
+        elif (value := self._class_index.get(label.strip())) is None:
+            raise BadSampleError(f"{where}: {name!r}: label {label!r} is not a known class "
+                                 f"(classes: {list(self.classes)})")
         if check_images:
             load_rgb(path, where=where, max_pixels=self.max_pixels)
         return path, value

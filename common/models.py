@@ -1,6 +1,13 @@
-"""The small convolutional network every chapter trains, and its GroupNorm variant."""
+"""The small convolutional network every chapter trains, its GroupNorm variant, and ``--model``.
+
+``--model`` of the trainers is ``small_cnn`` or any torchvision classification model by its
+builder name, with random weights (``create_model``); ``--weights`` loads a local state dict.
+"""
 
 from __future__ import annotations
+
+import os
+import pickle
 
 import torch
 from torch import nn
@@ -64,3 +71,121 @@ def batchnorm_to_groupnorm(model: nn.Module) -> nn.Module:
         else:
             batchnorm_to_groupnorm(child)
     return model
+
+
+#: The ``--model`` of every trainer that is not a torchvision builder name.
+SMALL_CNN = "small_cnn"
+
+
+def model_names() -> list[str]:
+    """``small_cnn`` and every torchvision classification model's builder name (``resnet18``, ...).
+
+    Introduced in chapters/07_your_data.ipynb.
+    """
+    import torchvision.models  # only for a torchvision --model: ~1.5 s
+
+    return [SMALL_CNN, *torchvision.models.list_models(module=torchvision.models)]
+
+
+def model_problem(name: str) -> str:
+    """Why ``--model name`` names no model (``""`` if it names one), listing the valid names.
+
+    Introduced in chapters/07_your_data.ipynb.
+    """
+    if name == SMALL_CNN:
+        return ""
+    names = model_names()
+    return "" if name in names else f"unknown model {name!r}; one of: {', '.join(names)}"
+
+
+def create_model(name: str, num_classes: int, *, width: int = 16) -> nn.Module:
+    """``SmallCNN(num_classes, width=width)``, or torchvision's ``name`` with random weights.
+
+    ``torchvision.models.get_model(name, weights=None, num_classes=num_classes)``: nothing is
+    ever downloaded; ``width`` is SmallCNN's only.
+
+    Introduced in chapters/07_your_data.ipynb.
+    """
+    if name == SMALL_CNN:
+        return SmallCNN(num_classes, width=width)
+    problem = model_problem(name)
+    if problem:
+        raise ValueError(f"--model: {problem}")
+    import torchvision.models
+
+    return torchvision.models.get_model(name, weights=None, num_classes=num_classes)
+
+
+def check_input_size(model: nn.Module, image_size: int, *, name: str) -> None:
+    """Refuse a model that cannot classify ``image_size`` images (one forward of a zero image).
+
+    Raises:
+        ValueError: Naming ``--model`` and ``--image-size`` (a ViT wants 224, ...).
+
+    Introduced in chapters/07_your_data.ipynb.
+    """
+    training = model.training
+    try:
+        with torch.no_grad():
+            model.eval()(torch.zeros(1, 3, image_size, image_size))
+    except (RuntimeError, ValueError, AssertionError, IndexError) as error:
+        raise ValueError(f"--model {name} cannot take --image-size {image_size} images: "
+                         f"{str(error).splitlines()[0][:300]}") from error
+    finally:
+        model.train(training)
+
+
+def groupnorm_only(model: nn.Module, *, name: str) -> nn.Module:
+    """``batchnorm_to_groupnorm(model)``, refusing a model left with other batch norms.
+
+    Raises:
+        ValueError: Naming ``--model`` and the first module GroupNorm cannot replace.
+
+    Introduced in chapters/07_your_data.ipynb.
+    """
+    batchnorm_to_groupnorm(model)
+    left = [(where, type(module).__name__) for where, module in model.named_modules()
+            if isinstance(module, nn.modules.batchnorm._BatchNorm)]
+    if left:
+        raise ValueError(f"--model {name} keeps {len(left)} batch norm(s) GroupNorm cannot "
+                         f"replace, first {left[0][0]} ({left[0][1]}): batch statistics per "
+                         "rank are not the global batch's; pick another --model")
+    return model
+
+
+def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
+    """Load the state dict saved at ``path`` into ``model``, strictly (every key, every shape).
+
+    Raises:
+        ValueError: Naming the file, and the keys missing, unexpected or of another shape.
+
+    Introduced in chapters/07_your_data.ipynb.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as error:
+        raise ValueError(f"--weights {path}: not a PyTorch state dict ({error})") from error
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"--weights {path}: holds a {type(state).__name__}, not a state dict "
+                         "of tensors (what --save-final writes)")
+    expected = model.state_dict()
+    missing, unexpected = set(expected) - set(state), set(state) - set(expected)
+    shapes = [f"{key} is {tuple(state[key].shape)} in the file, {tuple(expected[key].shape)} here"
+              for key in sorted(set(expected) & set(state))
+              if state[key].shape != expected[key].shape]
+    problems = ([f"missing {_first(missing)}"] if missing else []) \
+        + ([f"unexpected {_first(unexpected)}"] if unexpected else []) + shapes[:3]
+    if problems:
+        statistics = any(key.endswith("running_mean") for key in missing | unexpected)
+        hint = (" (BatchNorm statistics on one side only: the weights were saved under another "
+                "--norm; GroupNorm models have none)") if statistics else ""
+        raise ValueError(f"--weights {path} does not fit this {type(model).__name__}: "
+                         + "; ".join(problems) + hint)
+    model.load_state_dict(state)
+    return model
+
+
+def _first(keys: set[str], count: int = 4) -> str:
+    ordered = sorted(keys)
+    return ", ".join(ordered[:count]) + (f" (+{len(ordered) - count} more)"
+                                         if len(ordered) > count else "")

@@ -23,7 +23,6 @@ from __future__ import annotations
 import ast
 import copy
 import json
-import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,6 +197,14 @@ def instructor_sources(root: Path | None = None) -> list[Path]:
     return sorted(Path(root or exercises_dir()).glob("ex[0-9][0-9]_*.ipynb"))
 
 
+def sources_problem(folder: Path) -> str:
+    """Why ``folder`` cannot be the instructor sources (``""`` if it can): it holds no
+    ``exNN_*.ipynb`` (every student version, every grade would be of nothing)."""
+    if Path(folder).is_dir() and not instructor_sources(folder):
+        return f"{folder} holds no exercise notebooks (ex01_*.ipynb ...)"
+    return ""
+
+
 def build(out: Path, sources: list[Path]) -> dict[str, dict]:
     """Write the student version of each source to ``out`` plus ``manifest.json``.
 
@@ -235,6 +242,8 @@ def check_config(config: AssignmentsConfig) -> dict[str, str]:
     instructor sources."""
     problems = {**is_dir(config, "sources"), **is_dir_or_absent(config, "out")}
     sources = (config.sources or exercises_dir()).resolve()
+    if "sources" not in problems and (empty := sources_problem(sources)):
+        problems["sources"] = empty
     if "out" not in problems and config.command == "build" and config.out.resolve() == sources:
         problems["out"] = (f"{config.out} is the instructor sources' folder: the student "
                            "versions would overwrite them")
@@ -245,10 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_dataclass_args(AssignmentsConfig, argv, description=__doc__.splitlines()[0],
                                 validate=check_config)
     args.sources = args.sources or exercises_dir()
-    sources = instructor_sources(args.sources)
-    if not sources:
-        print(f"no exercise notebooks (ex01_*.ipynb ...) in {args.sources}", file=sys.stderr)
-        return 1
+    sources = instructor_sources(args.sources)  # not empty: check_config
     if args.command == "list":
         import nbformat
 

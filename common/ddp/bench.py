@@ -41,9 +41,10 @@ from unittest.mock import patch
 import pandas as pd
 import torch
 
-from common.cli import holds, option, parse_dataclass_args, positive
+from common.cli import at_least, fail, holds, option, parse_dataclass_args, positive
 from common.ddp.config import parse_config
-from common.ddp.launch import free_port, run_command, torchrun_command
+from common.ddp.launch import free_port, rank_error, run_command, torchrun_command
+from common.ddp.run_log import Timing
 from common.ddp.trainer import run_training
 from common.synthetic import MAKE_DATA, ShapesData, ensure_data
 
@@ -229,24 +230,39 @@ class DDPBenchConfig:
     width: int = option(WIDTH, "SmallCNN width of every run (channels of its first block)")
 
 
+def check_config(config: DDPBenchConfig) -> dict[str, str]:
+    """Problems of a finished configuration, by field (empty when it is valid).
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    warmup = Timing.warmup
+    return {**positive(config, "ranks", "repeats", "per_rank_batch", "width"),
+            **at_least(config, warmup + 1, "steps", why=f"the first {warmup} are not timed"),
+            **holds(config, "data", "train/labels.csv", hint=MAKE_DATA)}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m common.ddp.bench``.
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
     args = parse_dataclass_args(DDPBenchConfig, argv, description=__doc__.splitlines()[0],
-                                validate=lambda c: {
-                                    **positive(c, "ranks", "repeats", "steps", "per_rank_batch",
-                                               "width"),
-                                    **holds(c, "data", "train/labels.csv", hint=MAKE_DATA)})
+                                validate=check_config)
     data = ShapesData(Path(args.data)) if args.data else ensure_data(verbose=False)
     num_train = len(pd.read_csv(data.labels_csv("train")))
     runs = setups(args.per_rank_batch, args.ranks)
-    steps = steps_within_epoch(num_train, runs, args.steps)
+    try:
+        steps = steps_within_epoch(num_train, runs, args.steps)
+    except ValueError as error:  # too few images for the batch: names --per-rank-batch
+        return fail(f"--data {data.root}: {error}", prog="common.ddp.bench")
     print(f"{num_train} training images, {args.data_pipeline} pipeline (no augmentation): {steps} "
           "steps per run (2 warm-up), within one epoch")
-    results = benchmark(runs, repeats=args.repeats, steps=steps, data=args.data,
-                        pipeline=args.data_pipeline, in_process=args.in_process, width=args.width)
+    try:
+        results = benchmark(runs, repeats=args.repeats, steps=steps, data=args.data,
+                            pipeline=args.data_pipeline, in_process=args.in_process,
+                            width=args.width)
+    except RuntimeError as error:  # a run that failed: its rank's one-line error
+        return fail(rank_error(str(error)), prog="common.ddp.bench")
     print(summarize(runs, results).to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     return 0
 

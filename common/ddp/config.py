@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from common.cli import (
     at_least,
@@ -11,6 +12,7 @@ from common.cli import (
     finite,
     in_range,
     is_dir,
+    is_file,
     is_file_or_absent,
     non_negative,
     option,
@@ -18,6 +20,8 @@ from common.cli import (
     positive,
     writable_file,
 )
+from common.layouts import DataLayoutError, csv_flag_problems, layout_of
+from common.models import model_problem
 
 
 @dataclass
@@ -27,7 +31,19 @@ class RunSettings:
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
 
-    data: str = option("", "dataset folder from common.ensure_data (default: the repo's data/shapes)")
+    data: str = option("", "your images: a folder in the shapes layout (train/labels.csv + "
+                       "train/images/, val/ alike; common.ensure_data) or an ImageFolder root "
+                       "(train/<class>/*, val/<class>/*) (default: the repo's data/shapes)")
+    train_csv: str = option("", "the guide's layout instead of --data: the training images' "
+                            "annotations CSV (file_name,label; integer labels 0..K-1 or names)")
+    train_images: str = option("", "the folder --train-csv's file names are relative to")
+    val_csv: str = option("", "the validation images' annotations CSV (the training classes)")
+    val_images: str = option("", "the folder --val-csv's file names are relative to")
+    model: str = option("small_cnn", "small_cnn, or a torchvision classification model by its "
+                        "builder name (resnet18, mobilenet_v3_small, ...): random weights, the "
+                        "data's classes")
+    weights: str = option("", "start from this state_dict file (e.g. a run's --save-final; "
+                          "local, loaded strictly)")
     num_epochs: int = option(3, "number of epochs")
     batch_size: int = option(64, "GLOBAL batch per optimizer step, split over ranks and --grad-accum")
     optimizer: str = option("adamw", "adamw, or sgd (with momentum)", choices=("adamw", "sgd"))
@@ -42,7 +58,7 @@ class RunSettings:
                                 "Chapter 3's uint8 cache, normalized per batch (needs --no-augment)",
                                 choices=("decode", "cache"))
     image_size: int = option(64, "side of the square training images")
-    width: int = option(16, "channels of SmallCNN's first block")
+    width: int = option(16, "channels of SmallCNN's first block (--model small_cnn)")
     augment: bool = option(True, "random crops, flips, rotations, colour jitter (seeded per sample)")
     subset: int = option(0, "use only the first N training and N // 2 validation images (0: all)")
     grad_accum: int = option(1, "micro-batches per optimizer step (gradients synchronised on the "
@@ -99,8 +115,25 @@ def run_problems(config: RunSettings) -> dict[str, str]:
                            "momentum"),
             **in_range(config, "momentum", 0.0, 0.999),  # 1 or more: steps grow without bound
             **finite(config, "lr", "momentum", "weight_decay"),
-            **is_dir(config, "data"),
+            **is_dir(config, "data", "train_images", "val_images"),
+            **is_file(config, "train_csv", "val_csv", "weights"),
+            **data_problem(config), **csv_flag_problems(config),
+            **({"model": problem} if (problem := model_problem(config.model)) else {}),
             **pipeline_problem(config)}
+
+
+def data_problem(config: RunSettings) -> dict[str, str]:
+    """``--data DIR`` must be in a layout the trainers read (``common.layouts.layout_of``).
+
+    Introduced in chapters/07_your_data.ipynb.
+    """
+    if not config.data or not Path(config.data).is_dir():
+        return {}  # nothing given (the shapes), or is_dir's problem
+    try:
+        layout_of(Path(config.data))
+    except DataLayoutError as error:
+        return {"data": str(error)}
+    return {}
 
 
 def check_config(config: TrainConfig) -> dict[str, str]:
@@ -141,6 +174,6 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
-    return parse_dataclass_args(TrainConfig, argv, description="Train SmallCNN with DDP "
+    return parse_dataclass_args(TrainConfig, argv, description="Train SmallCNN (or --model) with DDP "
                                 "(python -m common.ddp.train)", presets={"tiny": TINY},
                                 validate=check_config)

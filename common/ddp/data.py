@@ -6,22 +6,21 @@ and cropped once into a uint8 memmap cache (``common.fast.cache``), samples kept
 the batch exists, the whole batch normalized last (``common.fast.BatchNormalize``). The cache
 holds eval crops, so it needs ``--no-augment``; it differs from the decode pipeline only by
 the rounding of each pixel to a uint8 level (checked in chapters/04_1_ddp_fundamentals.ipynb).
+Both read any layout of ``common.layouts``: the shapes, an ImageFolder root, an annotations CSV.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, default_collate
 
-from common.data import CustomImageDataset
 from common.ddp.config import RunSettings
 from common.ddp.process_group import DistInfo
 from common.ddp.samplers import ResumableDistributedSampler, ShardSampler
 from common.fast.cache import CacheConfig, CachedImageDataset, ensure_cache
 from common.fast.pipeline import BatchNormalize
+from common.layouts import ImageData, as_image_data
 from common.loaders import seed_worker
 from common.synthetic import ShapesData
 
@@ -99,25 +98,28 @@ def _first(count: int, length: int) -> range:
     return range(min(count, length) if count else length)
 
 
-def cached_split(data: ShapesData, split: str, size: int, count: int) -> CachedSamples:
-    """The first ``count`` images of ``split`` (0: all) from a uint8 cache under ``data/cache``.
+def cached_split(data: ImageData | ShapesData, split: str, size: int,
+                 count: int) -> CachedSamples:
+    """The first ``count`` images of ``split`` (0: all) from a uint8 cache under ``data.cache_root``.
 
     Built on first use (every rank may call this at once: a file lock lets one build), opened
-    with ``stat`` checks afterwards. Chapter 4.1's cache of the same images is the same folder.
+    with ``stat`` checks afterwards. Chapter 4.1's cache of the same images is the same folder
+    (``data/cache`` beside ``data/shapes``); another layout's goes into its own folder there, and
+    its manifest records the layout and every file with its label (``common.layouts.file_list``).
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
-    source = CustomImageDataset(data.labels_csv(split), data.images_dir(split),
-                                num_classes=len(data.classes))
+    data = as_image_data(data)
+    source = data.dataset(split)
     indices = _first(count, len(source))
     name = f"{split}_{size}" if len(indices) == len(source) else f"{split}_{size}_first{len(indices)}"
-    cache = ensure_cache(source, Path(data.root).parent / "cache" / name,
+    cache = ensure_cache(source, data.cache_root / name,
                          CacheConfig(resize_size=size, crop_size=size), indices=indices,
                          verbose=False)
     return CachedSamples(CachedImageDataset(cache.root, check=False))
 
 
-def _datasets(config: RunSettings, data: ShapesData) -> tuple[Dataset, Dataset, object]:
+def _datasets(config: RunSettings, data: ImageData) -> tuple[Dataset, Dataset, object]:
     size = config.image_size
     pipeline = config.data_pipeline
     if pipeline == "cache":
@@ -133,8 +135,7 @@ def _datasets(config: RunSettings, data: ShapesData) -> tuple[Dataset, Dataset, 
                 else V2EvalPreset(resize_size=size, crop_size=size))
 
     def split(name: str, transform, count: int) -> Dataset:
-        dataset = CustomImageDataset(data.labels_csv(name), data.images_dir(name), transform,
-                                     num_classes=len(data.classes))
+        dataset = data.dataset(name, transform)
         indices = _first(count, len(dataset))
         return dataset if len(indices) == len(dataset) else Subset(dataset, indices)
 
@@ -143,12 +144,13 @@ def _datasets(config: RunSettings, data: ShapesData) -> tuple[Dataset, Dataset, 
             None)
 
 
-def build_loaders(config: RunSettings, info: DistInfo, data: ShapesData):
+def build_loaders(config: RunSettings, info: DistInfo, data: ImageData | ShapesData):
     """Training loader (resumable ``DistributedSampler``), exact-once validation loader.
 
     ``config`` is a ``TrainConfig`` or an ``FSDPTrainConfig`` (both ``RunSettings``):
     ``--data-pipeline`` picks
-    Chapter 2's per-sample decoding or Chapter 3's uint8 cache.
+    Chapter 2's per-sample decoding or Chapter 3's uint8 cache. ``data`` is any layout of
+    ``common.layouts`` (``resolve_data(config)``), or the shapes of ``common.ensure_data``.
 
     Returns:
         ``(train_loader, val_loader)``; ``train_loader.sampler`` and ``.dataset`` both
@@ -160,7 +162,7 @@ def build_loaders(config: RunSettings, info: DistInfo, data: ShapesData):
     if rest or per_rank == 0:
         raise ValueError(f"--batch-size {config.batch_size} must be a multiple of world_size "
                          f"({info.world_size}) x --grad-accum ({config.grad_accum})")
-    train_set, val_set, collate = _datasets(config, data)
+    train_set, val_set, collate = _datasets(config, as_image_data(data))
     # drop_last: every optimizer step sees exactly batch_size samples, on any number of ranks.
     sampler = ResumableDistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank,
                                           shuffle=True, seed=config.seed, drop_last=True)

@@ -91,3 +91,13 @@ def run_command(command: Sequence[str], *, timeout: float = 120,
         raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n"
                            f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
     return done
+
+
+def rank_error(message: str) -> str:
+    """The one line that says why a ``run_command`` failed: the last ``... error: ...`` line a
+    rank printed (``rank 0: error: 960 training images are too few ...``), else the first line.
+
+    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    """
+    lines = message.strip().splitlines() or [message]
+    return next((line for line in reversed(lines) if ": error: " in line), lines[0])

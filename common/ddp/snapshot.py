@@ -196,7 +196,8 @@ def read_snapshot(path: str | os.PathLike) -> dict:
         raise SnapshotError(f"refusing snapshot {path}: it holds objects other than tensors and "
                             f"plain containers, which weights_only=True will not unpickle "
                             f"({' '.join(detail.split())[:300] or error})") from error
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as error:
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, IndexError,
+            KeyError, TypeError, AttributeError) as error:  # a text file: IndexError
         raise SnapshotError(f"snapshot {path} is truncated or not a PyTorch file "
                             f"({path.stat().st_size} bytes): {error}") from error
     if not isinstance(snapshot, dict) or snapshot.get("format") != FORMAT:
@@ -342,11 +343,12 @@ def check_settings(path: str | os.PathLike, saved: Mapping[str, object],
 
 def check_identity(path: str | os.PathLike, saved: Mapping[str, str],
                    current: Mapping[str, str], *, what: str = "snapshot") -> None:
-    """Refuse a resume on other data: names every file added, missing or changed (sha256).
+    """Refuse a resume on other data: names each file added, missing or changed, and ``classes``.
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
     differ = [f"{name} added" if name not in saved else f"{name} missing" if name not in current
+              else f"{name} {saved[name]!r} -> {current[name]!r}" if name == "classes"
               else f"{name} sha256 {saved[name][:12]}... -> {current[name][:12]}..."
               for name in sorted(set(saved) | set(current)) if saved.get(name) != current.get(name)]
     if differ:

@@ -9,6 +9,11 @@ Two processes on this machine (gloo on CPUs, NCCL on GPUs; --batch-size is the g
     torchrun --standalone --nproc_per_node=2 -m common.ddp.train --num-epochs 3 --batch-size 64 \
         --snapshot runs/ddp/snapshot.pt --save-final runs/ddp/model.pt --log-file runs/ddp/log.jsonl
 
+Your own images (an ImageFolder root, or --train-csv/--train-images/--val-csv/--val-images)
+and a torchvision model with random weights (docs/scripts.md, "Your own images")::
+
+    python -m common.ddp.train --data DIR --model resnet18 --image-size 64
+
 Several machines (run on each; see chapters/04_slurm_ddp_train.sbatch)::
 
     torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 \

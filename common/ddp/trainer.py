@@ -46,24 +46,35 @@ from common.ddp.snapshot import (
 )
 from common.device import seed_everything
 from common.fast.cache import CacheError
-from common.models import SmallCNN, batchnorm_to_groupnorm
-from common.synthetic import ShapesData, ensure_data
+from common.layouts import data_identity, resolve_data
+from common.models import (
+    SMALL_CNN,
+    check_input_size,
+    create_model,
+    groupnorm_only,
+    load_weights,
+)
 
 
 def build_model(config: TrainConfig, info: DistInfo, num_classes: int) -> nn.Module:
-    """SmallCNN with the chosen normalisation, on this rank's device, DDP-wrapped if distributed.
+    """``--model`` with the chosen normalisation (and ``--weights``), on this rank's device,
+    DDP-wrapped if distributed.
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
     torch.manual_seed(config.seed)  # the same initial weights everywhere (DDP also broadcasts them)
-    model = SmallCNN(num_classes, width=config.width)
+    model = create_model(config.model, num_classes, width=config.width)
     if config.norm == "group":
-        batchnorm_to_groupnorm(model)
+        groupnorm_only(model, name=config.model)
     elif config.norm == "syncbatch":
         if info.device.type != "cuda":
             raise ValueError("--norm syncbatch needs CUDA (SyncBatchNorm has no CPU kernel); "
                              "use --norm group for exact multi-process equivalence on CPUs")
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    if config.weights:
+        load_weights(model, config.weights)
+    if config.model != SMALL_CNN:
+        check_input_size(model, config.image_size, name=config.model)
     return wrap_model(model.to(info.device), info)
 
 
@@ -82,12 +93,13 @@ class Run:
     log: RunLog
     position: Position = Position()
     timing: Timing = field(default_factory=Timing)
+    identity: dict = field(default_factory=dict)  # the data (common.layouts.data_identity)
 
     def snapshot(self) -> None:
         if self.config.snapshot:
             save_snapshot(self.config.snapshot, model=self.model, optimizer=self.optimizer,
                           scheduler=self.scheduler, position=self.position,
-                          settings=asdict(self.config))
+                          settings=asdict(self.config), identity=self.identity)
             self.log.write("snapshot", **asdict(self.position))
 
     def stop_requested(self) -> bool:
@@ -173,27 +185,19 @@ def distributed_evaluate(model: nn.Module, loader: DataLoader, device: torch.dev
     return {"val_loss": loss_sum / seen, "val_acc": correct / seen, "val_count": int(seen)}
 
 
-def _load_data(config: TrainConfig) -> ShapesData:
-    if not config.data:
-        return ensure_data(verbose=False)
-    data = ShapesData(Path(config.data))
-    if not data.labels_csv("train").is_file():
-        raise FileNotFoundError(f"--data {config.data}: no train/labels.csv there (make one "
-                                "with common.ensure_data)")
-    return data
-
-
 def resume(run: Run, steps_per_epoch: int) -> None:
     """Continue ``run`` from its ``--snapshot``: everything is checked before anything changes.
 
-    Settings outside ``RESUME_MAY_CHANGE`` must equal the snapshot's. A changed
-    ``--num-epochs`` rebuilds the schedule for the new length (``rebuild_scheduler``).
+    Settings outside ``RESUME_MAY_CHANGE`` must equal the snapshot's, and so must the data
+    (its class list and files, ``run.identity``). A changed ``--num-epochs`` rebuilds the
+    schedule for the new length (``rebuild_scheduler``).
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
     config = run.config
     snapshot = read_snapshot(config.snapshot)
-    rebuild = check_resume(config.snapshot, snapshot, asdict(config), may_change=RESUME_MAY_CHANGE)
+    rebuild = check_resume(config.snapshot, snapshot, asdict(config), may_change=RESUME_MAY_CHANGE,
+                           identity=run.identity)
     saved_epochs = snapshot["settings"].get("num_epochs")
     run.position = load_snapshot(config.snapshot, model=run.model, optimizer=run.optimizer,
                                  scheduler=None if rebuild else run.scheduler, rank=run.info.rank,
@@ -227,18 +231,20 @@ def train(config: TrainConfig, info: DistInfo) -> Run:
     if config.threads:
         torch.set_num_threads(config.threads)
     seed_everything(config.seed)
-    data = _load_data(config)
+    data = resolve_data(config)
     train_loader, val_loader = build_loaders(config, info, data)
     model = build_model(config, info, len(data.classes))
     optimizer = build_optimizer(config, model)
     # The schedule spans all epochs, whatever --max-steps says, so a stopped run can go on.
     steps_per_epoch = len(train_loader) // config.grad_accum
     scheduler = build_scheduler(config, optimizer, config.num_epochs * steps_per_epoch)
-    run = Run(config, info, model, optimizer, scheduler, RunLog(config.log_file, info))
+    run = Run(config, info, model, optimizer, scheduler, RunLog(config.log_file, info),
+              identity=data_identity(data))
     if restart_hazard() and is_main_process():
         print(f"warning: {restart_hazard()}", file=sys.stderr, flush=True)
     run.log.write("start", world_size=info.world_size, backend=info.backend,
-                  device=str(info.device), steps_per_epoch=steps_per_epoch, config=asdict(config))
+                  device=str(info.device), steps_per_epoch=steps_per_epoch, config=asdict(config),
+                  layout=data.kind, classes=list(data.classes))
     if config.snapshot and Path(config.snapshot).exists():
         resume(run, steps_per_epoch)
     counter = AllReduceCounter()

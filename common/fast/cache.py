@@ -9,7 +9,9 @@ Layout of a cache folder::
                     the size, mtime and sha256 of every file, the build time, its own digest
     .build.lock     the lock a build holds (``ensure_cache``, ``build_cache``)
 
-What is checked, and when: ``common.fast.cache_files`` (``verify_cache``).
+What is checked, and when: ``common.fast.cache_files`` (``verify_cache``). The source is a
+``CustomImageDataset`` or an ``ImageFolder`` (``common.layouts.file_list``): its file list (the
+annotations file; the layout and every path and label) is part of the key, by sha256.
 
 Files are written under temporary names and renamed into place, manifest last, so an
 interrupted build never looks complete. A build holds ``.build.lock`` in the cache folder, so
@@ -32,7 +34,7 @@ import torch
 from filelock import FileLock
 from torch.utils.data import DataLoader, Dataset
 
-from common.data import CustomImageDataset, readonly_view
+from common.data import readonly_view
 from common.fast.cache_files import (
     CACHE_FILES,
     CACHE_VERSION,
@@ -45,6 +47,10 @@ from common.fast.cache_files import (
     verify_cache,
 )
 from common.fast.pipeline import DraftPilDecoder, keep_batch
+from common.layouts import FileList, file_list
+
+#: Every ``source`` below is a ``CustomImageDataset`` or a torchvision ``ImageFolder``: what
+#: ``common.layouts.file_list`` reads.
 
 
 @dataclass(frozen=True)
@@ -58,27 +64,28 @@ class CacheConfig:
     crop_size: int = 224
 
 
-def source_fingerprint(source: CustomImageDataset, indices: Sequence[int]) -> str:
-    """sha256 over the annotations file and the bytes of every selected image, in order.
+def source_fingerprint(source: Dataset, indices: Sequence[int]) -> str:
+    """sha256 over the file list (the annotations file; an ImageFolder's paths and labels) and
+    the bytes of every selected image, in order.
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
-    digest = hashlib.sha256(source.annotations_file.read_bytes())
+    files = file_list(source)
+    digest = hashlib.sha256(files.listing)
     for index in indices:
-        digest.update(str(source.path(index).name).encode() + b"\0")
-        digest.update(source.path(index).read_bytes())
+        path = Path(files.paths[index])
+        digest.update(path.name.encode() + b"\0")
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
-def source_stats(source: CustomImageDataset, indices: Sequence[int]) -> np.ndarray:
+def source_stats(source: Dataset, indices: Sequence[int]) -> np.ndarray:
     """``int64 (N, 3)``: index, byte size and mtime (ns) of every selected image; one ``stat``
     each, nothing read.
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
-    # The dataset's own string paths: building 15,360 pathlib.Path objects costs more than
-    # the 15,360 stat calls themselves.
-    paths = source._paths
+    paths = file_list(source).paths
     rows = np.empty((len(indices), 3), dtype=np.int64)
     for row, index in enumerate(indices):
         info = os.stat(paths[index])
@@ -89,9 +96,9 @@ def source_stats(source: CustomImageDataset, indices: Sequence[int]) -> np.ndarr
 class _DecodeForCache(Dataset):
     """Item ``i`` of the selection decoded to a uint8 crop (full decode: no draft)."""
 
-    def __init__(self, source: CustomImageDataset, indices: Sequence[int],
-                 config: CacheConfig) -> None:
-        self.paths = [str(source.path(i)) for i in indices]
+    def __init__(self, source: Dataset, indices: Sequence[int], config: CacheConfig) -> None:
+        paths = file_list(source).paths
+        self.paths = [str(paths[i]) for i in indices]
         self.decoder = DraftPilDecoder(resize_size=config.resize_size,
                                        crop_size=config.crop_size, draft=False)
 
@@ -163,7 +170,7 @@ def _folder_root(root: str | os.PathLike) -> Path:
     return root
 
 
-def build_cache(source: CustomImageDataset, root: str | os.PathLike,
+def build_cache(source: Dataset, root: str | os.PathLike,
                 config: CacheConfig = CacheConfig(), *, indices: Sequence[int] | None = None,
                 num_workers: int = 0, batch_size: int = 32) -> ImageCache:
     """Decode, resize and crop every selected image once and write the cache at ``root``.
@@ -194,7 +201,7 @@ def build_lock(root: Path) -> FileLock:
     return FileLock(root / ".build.lock")
 
 
-def _write_cache(source: CustomImageDataset, root: Path, config: CacheConfig,
+def _write_cache(source: Dataset, root: Path, config: CacheConfig,
                  indices: list[int], *, num_workers: int, batch_size: int) -> ImageCache:
     started = time.perf_counter()
     shape = (len(indices), 3, config.crop_size, config.crop_size)
@@ -210,15 +217,16 @@ def _write_cache(source: CustomImageDataset, root: Path, config: CacheConfig,
     out.flush()
     del out
     os.replace(tmp_images, root / "images.u8")
-    np.save(root / "labels.npy.tmp.npy", source.labels[indices].astype(np.int64))
+    listed = file_list(source)
+    np.save(root / "labels.npy.tmp.npy", listed.labels[indices].astype(np.int64))
     os.replace(root / "labels.npy.tmp.npy", root / "labels.npy")
     np.save(root / "sources.npy.tmp.npy", source_stats(source, indices))
     os.replace(root / "sources.npy.tmp.npy", root / "sources.npy")
     files = {name: file_record(root / name, sha256=True) for name in CACHE_FILES}
     manifest = {"version": CACHE_VERSION, "config": asdict(config), "shape": list(shape),
                 "dtype": "uint8",
-                "source": {"annotations_file": str(source.annotations_file),
-                           "annotations_sha256": sha256_of(source.annotations_file),
+                "source": {"annotations_file": listed.where,
+                           "annotations_sha256": listing_sha256(listed),
                            "num_images": len(indices),
                            "fingerprint": source_fingerprint(source, indices)},
                 "files": files, "build_seconds": round(time.perf_counter() - started, 3)}
@@ -229,7 +237,7 @@ def _write_cache(source: CustomImageDataset, root: Path, config: CacheConfig,
     return open_cache(root, check=False)
 
 
-def stale_reason(root: str | os.PathLike, source: CustomImageDataset, config: CacheConfig,
+def stale_reason(root: str | os.PathLike, source: Dataset, config: CacheConfig,
                  indices: Sequence[int], *, full: bool = False) -> str | None:
     """Why the cache at ``root`` does not hold ``source`` under ``config`` (None if it does).
 
@@ -248,15 +256,27 @@ def stale_reason(root: str | os.PathLike, source: CustomImageDataset, config: Ca
     stored = np.load(Path(root) / "sources.npy")
     if len(stored) != len(indices) or not np.array_equal(stored[:, 0], np.asarray(indices)):
         return "built from a different selection of images"
-    if recorded["annotations_sha256"] != sha256_of(source.annotations_file):
-        return f"the annotations file {source.annotations_file.name} has changed"
+    files = file_list(source)
+    if recorded["annotations_sha256"] != listing_sha256(files):
+        return f"the {files.name} has changed"
     changed = np.flatnonzero((source_stats(source, indices) != stored).any(axis=1))
     if len(changed):
-        return (f"source image {source.path(indices[changed[0]]).name} has changed (size or "
-                f"mtime; {len(changed)} image(s) in all)")
+        return (f"source image {Path(files.paths[indices[changed[0]]]).name} has changed (size "
+                f"or mtime; {len(changed)} image(s) in all)")
     if full and recorded["fingerprint"] != source_fingerprint(source, indices):
-        return f"the source images of {source.annotations_file.name} have changed (content)"
+        return f"the source images of the {files.name} have changed (content)"
     return None
+
+
+def listing_sha256(files: FileList) -> str:
+    """sha256 of a source's file list: the annotations file as it is (one small file hashed), or
+    with the class names or the ImageFolder listing that follows it (``common.layouts.FileList``).
+
+    Introduced in chapters/07_your_data.ipynb.
+    """
+    if files.csv is not None and not files.extra:
+        return sha256_of(files.csv)
+    return files.sha256
 
 
 def _shown(path: Path) -> str:
@@ -268,7 +288,7 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def ensure_cache(source: CustomImageDataset, root: str | os.PathLike,
+def ensure_cache(source: Dataset, root: str | os.PathLike,
                  config: CacheConfig = CacheConfig(), *, indices: Sequence[int] | None = None,
                  num_workers: int = 0, verbose: bool = True, verify: str = "stat") -> ImageCache:
     """Open the cache at ``root`` if it is intact and current; otherwise (re)build it.

@@ -14,9 +14,10 @@ import json
 import statistics
 from dataclasses import dataclass
 
-from common.cli import at_least, option, parse_dataclass_args, positive
+from common.cli import at_least, fail, option, parse_dataclass_args, positive
 from common.ddp.config import MIN_IMAGE_SIZE
-from common.ddp.launch import run_command, torchrun_command
+from common.ddp.launch import rank_error, run_command, torchrun_command
+from common.ddp.run_log import Timing
 
 
 @dataclass
@@ -70,7 +71,9 @@ def check_config(config: BenchConfig) -> dict[str, str]:
 
     Introduced in chapters/06_1_fsdp_sharding.ipynb.
     """
-    problems = {**positive(config, "ranks", "repeats", "steps", "width", "batch_size"),
+    problems = {**positive(config, "ranks", "repeats", "width", "batch_size"),
+                **at_least(config, Timing.warmup + 1, "steps",
+                           why=f"the first {Timing.warmup} are not timed"),
                 **at_least(config, MIN_IMAGE_SIZE, "image_size",
                            why="SmallCNN halves it three times")}
     if "batch_size" not in problems and "ranks" not in problems \
@@ -89,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
                                   description="FSDP vs DDP samples/s and bytes per "
                                   "rank (python -m common.fsdp.bench)",
                                   validate=check_config)
-    table = compare(config)
+    try:
+        table = compare(config)
+    except RuntimeError as error:  # a run refused its flags (a batch larger than the data)
+        return fail(rank_error(str(error)), prog="common.fsdp.bench")
     print(f"{'':10} {'samples/s':>10} {'bytes/rank':>11}   ({config.ranks} CPU ranks, gloo, "
           f"median of {config.repeats})")
     for name, row in table.items():

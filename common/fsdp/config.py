@@ -97,6 +97,6 @@ def parse_config(argv: Sequence[str] | None = None) -> FSDPTrainConfig:
     Introduced in chapters/06_1_fsdp_sharding.ipynb.
     """
     return parse_dataclass_args(FSDPTrainConfig, argv,
-                                description="Train SmallCNN with FSDP2 or DDP "
+                                description="Train SmallCNN (or --model) with FSDP2 or DDP "
                                 "(python -m common.fsdp.train)", presets={"tiny": TINY},
                                 validate=check_config)

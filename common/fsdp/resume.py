@@ -7,8 +7,9 @@ What a checkpoint must agree with before its tensors are read, in order:
 2. The run record stored with the digests in the newest checkpoint's ``.metadata``
    (settings, data, position) passes ``common.ddp.snapshot.check_resume``, the check every
    trainer shares: every setting outside ``RESUME_MAY_CHANGE`` as saved, each named if not;
-   the data as saved (``--data`` is a setting, and both ``labels.csv`` are compared by
-   sha256, so a folder regenerated in place is told apart too); and a ``--num-epochs`` that
+   the data as saved (``--data`` is a setting; the class list, and both ``labels.csv`` or
+   ImageFolder file lists by sha256: ``common.layouts.data_identity``, so a folder regenerated
+   in place, or one with other classes, is told apart too); and a ``--num-epochs`` that
    does not end before the saved position (a longer one extends the run, with the schedule
    rebuilt, and the resume record and a note on stderr say so).
 3. ``load_checkpoint`` verifies every file's sha256 (``common.fsdp.integrity``), then the
@@ -32,13 +33,11 @@ from pathlib import Path
 
 from common.ddp.process_group import DistInfo, gather_objects
 from common.ddp.snapshot import SnapshotError, check_resume
-from common.fast.cache_files import sha256_of
 from common.fsdp.checkpoint import check_one_run
 from common.fsdp.config import RESUME_MAY_CHANGE, FSDPTrainConfig
 from common.fsdp.integrity import CheckpointError, Manifest
 from common.fsdp.loader import loaded_state, loader_state_problem
 from common.fsdp.lock import acquire_lock
-from common.synthetic import ShapesData
 
 _RECORD = ("run_id", "settings", "data", "position")
 
@@ -51,16 +50,6 @@ def raise_on_every_rank(problem: str) -> None:
     problems = [found for found in gather_objects(problem) if found]
     if problems:
         raise CheckpointError("; ".join(dict.fromkeys(problems)))
-
-
-def data_identity(data: ShapesData) -> dict[str, str]:
-    """``{"--data train/labels.csv": sha256, "--data val/labels.csv": sha256}``: the data a
-    checkpoint belongs to (every image's file name and label; a size change shows too).
-
-    Introduced in chapters/06_2_distributed_checkpoints.ipynb.
-    """
-    return {f"--data {split}/labels.csv": sha256_of(data.labels_csv(split))
-            for split in ("train", "val")}
 
 
 def plain_settings(config: FSDPTrainConfig) -> dict:

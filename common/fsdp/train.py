@@ -1,4 +1,4 @@
-"""Train SmallCNN on the shapes data with FSDP2 (``fully_shard``) or DDP, with distributed checkpoints.
+"""Train SmallCNN (or ``--model``) with FSDP2 (``fully_shard``) or DDP, with distributed checkpoints.
 
 One process (plain python; no process group, nothing sharded)::
 
@@ -29,6 +29,10 @@ A resume keeps the DDP trainer's contract (``common.fsdp.resume``): the settings
 file is verified against the digests written with it; one run writes into a ``--checkpoint``
 folder at a time (``DIR/writer.lock``, ``common.fsdp.lock``); and the ranks of a job, elastic
 agents included, must have been started with the same settings.
+
+``--data DIR`` is the shapes layout or an ImageFolder root, or ``--train-csv``, ``--train-images``,
+``--val-csv`` and ``--val-images`` the guide's annotations CSVs (``common.layouts``); ``--model``
+is ``small_cnn`` or a torchvision classifier, its BatchNorm2d layers made GroupNorm.
 """
 
 from __future__ import annotations
@@ -38,7 +42,6 @@ import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -66,23 +69,31 @@ from common.fsdp.config import RANK_MAY_DIFFER, FSDPTrainConfig, parse_config
 from common.fsdp.elastic import agree_on_settings
 from common.fsdp.loader import stateful_loader
 from common.fsdp.lock import release_lock
-from common.fsdp.resume import claim_on_rank0, data_identity, plain_settings
+from common.fsdp.resume import claim_on_rank0, plain_settings
 from common.fsdp.run_state import Run
 from common.fsdp.sharding import local_bytes, shard_model
-from common.models import SmallCNN, batchnorm_to_groupnorm
-from common.synthetic import ShapesData, ensure_data
+from common.layouts import data_identity, resolve_data
+from common.models import SMALL_CNN, check_input_size, create_model, groupnorm_only, load_weights
 
 
 def build_model(config: FSDPTrainConfig, info: DistInfo, num_classes: int) -> nn.Module:
-    """SmallCNN with GroupNorm on this rank's device: sharded (FSDP), wrapped (DDP), or plain.
+    """``--model`` with GroupNorm (and ``--weights``) on this rank's device: sharded (FSDP),
+    wrapped (DDP), or plain.
 
     GroupNorm, not BatchNorm: it keeps no per-rank batch statistics, so any number of ranks
-    computes the gradient of the same global batch.
+    computes the gradient of the same global batch. A torchvision model's BatchNorm2d layers
+    are replaced too; one with another batch norm is refused (``groupnorm_only``).
 
     Introduced in chapters/06_1_fsdp_sharding.ipynb.
     """
     torch.manual_seed(config.seed)  # the same initial weights on every rank
-    model = batchnorm_to_groupnorm(SmallCNN(num_classes, width=config.width)).to(info.device)
+    model = groupnorm_only(create_model(config.model, num_classes, width=config.width),
+                           name=config.model)
+    if config.weights:
+        load_weights(model, config.weights)
+    if config.model != SMALL_CNN:
+        check_input_size(model, config.image_size, name=config.model)
+    model = model.to(info.device)
     if not info.initialized:
         return model
     if config.strategy == "ddp":
@@ -191,15 +202,6 @@ def evaluate(model: nn.Module, loader, device: torch.device, *, image_size: int)
     return {"val_loss": loss_sum / max(seen, 1), "val_acc": correct / max(seen, 1)}
 
 
-def _load_data(config: FSDPTrainConfig) -> ShapesData:
-    if not config.data:
-        return ensure_data(verbose=False)
-    data = ShapesData(Path(config.data))
-    if not data.labels_csv("train").is_file():
-        raise FileNotFoundError(f"--data {config.data}: no train/labels.csv there")
-    return data
-
-
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The whole model's ``state_dict`` on rank 0's CPU (gathered from the shards under FSDP).
 
@@ -235,7 +237,7 @@ def _train(config: FSDPTrainConfig, info: DistInfo, run_id: str) -> Run:
     if config.threads:
         torch.set_num_threads(config.threads)
     seed_everything(config.seed)
-    data = _load_data(config)
+    data = resolve_data(config)
     train_loader, val_loader = build_loaders(config, info, data)
     train_loader = stateful_loader(train_loader)
     model = build_model(config, info, len(data.classes))
@@ -251,7 +253,7 @@ def _train(config: FSDPTrainConfig, info: DistInfo, run_id: str) -> Run:
         print(f"warning: {restart_hazard()}", file=sys.stderr, flush=True)
     run.log.write("start", world_size=info.world_size, strategy=config.strategy,
                   device=str(info.device), steps_per_epoch=steps_per_epoch, config=asdict(config),
-                  run_id=run_id)
+                  run_id=run_id, layout=data.kind, classes=list(data.classes))
     run.resume(steps_per_epoch)
     first_step = run.position["step"]
     for epoch in range(run.position["epoch"], config.num_epochs):

@@ -4,12 +4,18 @@
     python -m common.shards.make --shard-size 50        # smaller shards
     python -m common.shards.make --csv data/shapes/train/labels.csv \\
         --images data/shapes/train/images --out /tmp/shards/train --shard-size 100
+    python -m common.shards.make --imagefolder DIR --out /tmp/shards   # DIR/{train,val}/<class>/
 
 The same command is ``companion-make-shards`` after ``pip install`` and
 ``python data_scripts/make_shards.py`` (``make shards``) in a checkout. Each sample becomes
 ``<key>.jpg`` (the original bytes) + ``<key>.cls`` (the label), keys ``00000000, 00000001, ...``
 in CSV order; ``manifest.json`` lists every shard with its sample count, size and sha256.
 Deterministic: the same input gives byte-identical output.
+
+``--imagefolder DIR`` reads an ImageFolder (``common.layouts``, torchvision's listing): a root with
+``train/`` and ``val/`` class folders gives ``<out>/train`` and ``<out>/val``, the validation
+labels numbered by the training classes; a folder of class folders gives one split in ``<out>``.
+The manifest lists the class names, which ``common.shards.train`` takes as its class count.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from common.cli import (
     positive,
 )
 from common.data import CustomImageDataset
+from common.layouts import SPLITS, at_least_two_classes, file_list, folder_data, image_folder
 from common.paths import default_data_root
 from common.shards.format import write_shards
 from common.synthetic import ensure_data
@@ -45,6 +52,9 @@ class MakeShardsConfig:
     csv: Path | None = option(None, "annotations CSV (file_name,label); default: both splits of "
                               "the synthetic dataset")
     images: Path | None = option(None, "folder the CSV's file names are relative to")
+    imagefolder: Path | None = option(None, "instead of --csv: an ImageFolder root (DIR/train/"
+                                      "<class>/, DIR/val/<class>/: both splits) or one split "
+                                      "(DIR/<class>/); class names into the manifest")
     out: Path | None = option(None, "output folder; without --csv, <out>/train and <out>/val "
                               "(default: <data folder>/shards)")
     shard_size: int = option(100, "samples per shard")
@@ -53,10 +63,12 @@ class MakeShardsConfig:
 
 def _check(config: MakeShardsConfig) -> dict[str, str]:
     problems = {**positive(config, "shard_size"), **is_file(config, "csv"),
-                **is_dir(config, "images"), **is_dir_or_absent(config, "out"),
+                **is_dir(config, "images", "imagefolder"), **is_dir_or_absent(config, "out"),
                 **file_name_part(config, "prefix")}
     if config.csv is not None and (config.images is None or config.out is None):
         problems["csv"] = "--csv needs --images and --out"
+    if config.imagefolder is not None and (config.csv is not None or config.out is None):
+        problems["imagefolder"] = "needs --out, and no --csv (one source at a time)"
     return problems
 
 
@@ -76,7 +88,17 @@ def convert(csv: Path, images: Path, out: Path, *, shard_size: int, prefix: str,
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
     dataset = CustomImageDataset(csv, images)  # validates every row before writing anything
-    samples = [(dataset.path(i), int(dataset.labels[i])) for i in range(len(dataset))]
+    return convert_dataset(dataset, out, shard_size=shard_size, prefix=prefix, classes=classes)
+
+
+def convert_dataset(dataset, out: Path, *, shard_size: int, prefix: str,
+                    classes: tuple[str, ...] = ()) -> Path:
+    """Shard a ``CustomImageDataset`` or an ``ImageFolder``, in its order; the manifest path.
+
+    Introduced in chapters/07_your_data.ipynb.
+    """
+    files = file_list(dataset)
+    samples = [(path, int(label)) for path, label in zip(files.paths, files.labels, strict=True)]
     start = time.perf_counter()
     manifest = write_shards(samples, out, shard_size=shard_size, prefix=prefix, classes=classes)
     for shard in json.loads(manifest.read_text())["shards"]:
@@ -99,7 +121,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def convert_imagefolder(root: Path, out: Path, *, shard_size: int, prefix: str) -> list[Path]:
+    """Shard an ImageFolder root (``train/``, ``val/`` into ``out/train``, ``out/val``) or one
+    split (a folder of class folders, into ``out``); the manifest paths.
+
+    Introduced in chapters/07_your_data.ipynb.
+    """
+    if (root / "train").is_dir() and (root / "val").is_dir():
+        data = folder_data(root)
+        return [convert_dataset(data.dataset(split), out / split, shard_size=shard_size,
+                                prefix=prefix, classes=data.classes) for split in SPLITS]
+    dataset = image_folder(root)
+    classes = tuple(dataset.classes)
+    at_least_two_classes(classes, root)
+    return [convert_dataset(dataset, out, shard_size=shard_size, prefix=prefix, classes=classes)]
+
+
 def _make(args: MakeShardsConfig) -> int:
+    if args.imagefolder is not None:
+        convert_imagefolder(args.imagefolder, args.out, shard_size=args.shard_size,
+                            prefix=args.prefix)
+        return 0
     if args.csv is not None:
         convert(args.csv, args.images, args.out, shard_size=args.shard_size, prefix=args.prefix)
         return 0

@@ -1,4 +1,4 @@
-"""Train ``SmallCNN`` from tar shards with DDP; every rank streams its own shards.
+"""Train ``SmallCNN`` (or ``--model``) from tar shards with DDP; every rank streams its own shards.
 
 One process, then two (CPU: gloo; CUDA: nccl, one GPU per rank)::
 
@@ -9,7 +9,8 @@ One process, then two (CPU: gloo; CUDA: nccl, one GPU per rank)::
 ``--shards``/``--val-shards`` default to ``default_data_root() / "shards" / {train,val}``
 (``$COMPANION_DATA`` if set, else the repository's data/).
 
-Make the shards first with ``python data_scripts/make_shards.py``. Rank 0 prints the
+Make the shards first with ``python data_scripts/make_shards.py`` (``--imagefolder DIR`` for your
+own images: the manifest then lists their classes, which set the class count). Rank 0 prints the
 batches every rank ran in each epoch (they must be equal, or DDP would hang) and
 evaluates on the validation shards.
 
@@ -38,6 +39,7 @@ from common.cli import (
     distinct_files,
     fail,
     finite,
+    is_file,
     is_file_or_absent,
     non_negative,
     option,
@@ -56,9 +58,11 @@ from common.ddp.process_group import (
     wrap_model,
 )
 from common.ddp.snapshot import Position, check_resume, load_snapshot, read_snapshot, save_snapshot
-from common.models import SmallCNN
+from common.layouts import class_identity
+from common.models import SMALL_CNN, check_input_size, create_model, load_weights, model_problem
 from common.paths import default_data_root
-from common.shards import ShardedImageDataset, ShardInfo, read_manifest
+from common.shapes import CLASSES
+from common.shards import MANIFEST_NAME, ShardedImageDataset, ShardInfo, read_manifest
 from common.training import evaluate, train_one_epoch
 from common.transforms import V2EvalPreset, V2TrainPreset
 
@@ -72,7 +76,11 @@ class ShardTrainConfig:
 
     shards: str = option("", "training shards (default: <data>/shards/train)")
     val_shards: str = option("", "validation shards (default: <data>/shards/val)")
-    num_classes: int = option(6, "number of classes")
+    num_classes: int | None = option(None, "number of classes (default: the manifest's class "
+                                     "names; 6, the shapes', for a manifest without)")
+    model: str = option("small_cnn", "small_cnn, or a torchvision classification model by its "
+                        "builder name (resnet18, ...): random weights")
+    weights: str = option("", "start from this state_dict file (local, loaded strictly)")
     image_size: int = option(64, "side of the square training images")
     batch_size: int = option(32, "batch per rank")
     num_epochs: int = option(3, "number of epochs")
@@ -111,8 +119,11 @@ def check_config(config: ShardTrainConfig) -> dict[str, str]:
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
-    return {**positive(config, "num_epochs", "batch_size", "buffer_size", "num_classes"),
+    return {**positive(config, "num_epochs", "batch_size", "buffer_size"),
+            **(positive(config, "num_classes") if config.num_classes is not None else {}),
             **at_least(config, MIN_IMAGE_SIZE, "image_size", why="SmallCNN halves it three times"),
+            **is_file(config, "weights"),
+            **({"model": problem} if (problem := model_problem(config.model)) else {}),
             **non_negative(config, "num_workers", "lr"), **finite(config, "lr"),
             **is_file_or_absent(config, "out", "snapshot"),
             **distinct_files(config, "snapshot", "out")}
@@ -128,11 +139,12 @@ def parse_args(argv: Sequence[str] | None = None) -> ShardTrainConfig:
 
 
 def read_shards(config: ShardTrainConfig, name: str) -> list[ShardInfo]:
-    """The manifest behind ``--shards``/``--val-shards``, its labels bounded by ``--num-classes``.
+    """The manifest behind ``--shards``/``--val-shards``, its labels bounded by the class count.
 
+    The class count is ``--num-classes``, else the manifest's class names, else the shapes' 6.
     A manifest that lists more classes than ``--num-classes`` is refused before training
     (the loss would fail on the first label past the last logit); without ``classes``
-    every label is checked against ``--num-classes`` as it is read.
+    every label is checked against the count as it is read.
 
     Raises:
         ValueError: Naming the flag.
@@ -145,11 +157,33 @@ def read_shards(config: ShardTrainConfig, name: str) -> list[ShardInfo]:
     except (FileNotFoundError, ValueError) as error:  # ShardError is a ValueError
         raise ValueError(f"{flag}: {error}") from error
     known = max((shard.num_classes or 0) for shard in shards)
-    if known > config.num_classes:
+    if config.num_classes is not None and known > config.num_classes:
         raise ValueError(f"--num-classes {config.num_classes} is fewer than the {known} classes "
                          f"of the manifest behind {flag} {getattr(config, name)}")
-    return [dataclasses.replace(shard, num_classes=shard.num_classes or config.num_classes)
+    count = config.num_classes or known or len(CLASSES)
+    return [dataclasses.replace(shard, num_classes=shard.num_classes or count)
             for shard in shards]
+
+
+def shard_classes(config: ShardTrainConfig) -> tuple[str, ...]:
+    """The class names of the ``--shards`` manifest (empty if it lists none).
+
+    Raises:
+        ValueError: If the ``--val-shards`` manifest names other classes (its labels would
+            mean other classes than the training labels).
+
+    Introduced in chapters/07_your_data.ipynb.
+    """
+    train, val = (_manifest_classes(getattr(config, name)) for name in ("shards", "val_shards"))
+    if val and val != train:
+        raise ValueError(f"--val-shards {config.val_shards}: its manifest's classes {list(val)} "
+                         f"are not those of --shards {config.shards} ({list(train)})")
+    return train
+
+
+def _manifest_classes(path: str) -> tuple[str, ...]:
+    manifest = Path(path) / MANIFEST_NAME if Path(path).is_dir() else Path(path)
+    return tuple(json.loads(manifest.read_text(encoding="utf-8")).get("classes") or ())
 
 
 class CountingLoader:
@@ -189,9 +223,15 @@ def build_loaders(config: ShardTrainConfig, info: DistInfo) -> tuple[DataLoader,
             DataLoader(val_set, batch_size=2 * config.batch_size, pin_memory=pin))
 
 
-def build_model(config: ShardTrainConfig, info: DistInfo) -> torch.nn.Module:
-    """``SmallCNN`` on this rank's device, wrapped in DDP when a process group exists."""
-    return wrap_model(SmallCNN(num_classes=config.num_classes).to(info.device), info)
+def build_model(config: ShardTrainConfig, info: DistInfo, num_classes: int) -> torch.nn.Module:
+    """``--model`` (and ``--weights``) on this rank's device, wrapped in DDP when a process
+    group exists."""
+    model = create_model(config.model, num_classes)
+    if config.weights:
+        load_weights(model, config.weights)
+    if config.model != SMALL_CNN:
+        check_input_size(model, config.image_size, name=config.model)
+    return wrap_model(model.to(info.device), info)
 
 
 def run_epoch(model, loader: CountingLoader, optimizer, info: DistInfo) -> dict:
@@ -205,14 +245,17 @@ def run_epoch(model, loader: CountingLoader, optimizer, info: DistInfo) -> dict:
             "train_loss": loss, "train_acc": acc, "seconds": time.perf_counter() - start}
 
 
-def data_identity(train_loader: DataLoader, val_loader: DataLoader) -> dict[str, str]:
-    """``{"--shards shard-000000.tar": sha256, ...}``: the data a snapshot belongs to.
+def data_identity(train_loader: DataLoader, val_loader: DataLoader,
+                  classes: tuple[str, ...] = ()) -> dict[str, str]:
+    """``{"--shards shard-000000.tar": sha256, ..., "classes": "cat, dog"}``: the data a
+    snapshot belongs to (the class names if the manifest lists them).
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
-    return {f"{flag} {shard.path.name}": shard.sha256 or ""
-            for flag, loader in (("--shards", train_loader), ("--val-shards", val_loader))
-            for shard in loader.dataset.shards}
+    return {**{f"{flag} {shard.path.name}": shard.sha256 or ""
+               for flag, loader in (("--shards", train_loader), ("--val-shards", val_loader))
+               for shard in loader.dataset.shards},
+            **(class_identity(classes) if classes else {})}
 
 
 def resume(config: ShardTrainConfig, info: DistInfo, model: torch.nn.Module,
@@ -259,9 +302,10 @@ def train(config: ShardTrainConfig) -> list[dict]:
     info = setup_distributed()
     try:
         train_loader, val_loader = build_loaders(config, info)
-        model = build_model(config, info)
+        classes = shard_classes(config)
+        model = build_model(config, info, train_loader.dataset.shards[0].num_classes)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-        identity = data_identity(train_loader, val_loader)
+        identity = data_identity(train_loader, val_loader, classes)
         position = (resume(config, info, model, optimizer, identity)
                     if config.snapshot and Path(config.snapshot).exists() else Position())
         history = []
@@ -308,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for name in ("shards", "val_shards"):
             read_shards(config, name)  # before any process group or model: fail fast
+        shard_classes(config)
         train(config)
     except (BadSampleError, FileNotFoundError, ValueError) as error:
         return fail(str(error), prog="common.shards.train")

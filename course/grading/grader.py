@@ -28,7 +28,7 @@ from common.cli import (
     parse_dataclass_args,
     positive,
 )
-from course.assignments import STUB, Exercise, exercises_of, instructor_sources
+from course.assignments import STUB, Exercise, exercises_of, instructor_sources, sources_problem
 from course.grading.cgroups import available
 from course.grading.config import GradingConfig, Integrity, Result
 from course.grading.inside.answer_rules import answer_problems
@@ -253,6 +253,11 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
     return results, info
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    path, folder = path.resolve(), folder.resolve()
+    return path == folder or folder in path.parents
+
+
 def _check(config: GradingConfig) -> dict[str, str]:
     """Every value the grading would be meaningless with (a correct answer scoring zero), by flag."""
     problems = {**is_dir(config, "sources", "repo"), **is_dir_or_absent(config, "out"),
@@ -261,8 +266,13 @@ def _check(config: GradingConfig) -> dict[str, str]:
                 **at_least(config, 64, "memory_mb", why="MiB: the checks need some"),
                 **at_least(config, 16, "open_files", why="Python needs some"),
                 **finite(config, "timeout", "cell_timeout")}
+    if "sources" not in problems and (empty := sources_problem(Path(config.sources))):
+        problems["sources"] = empty  # every submission would be graded against nothing, rc 0
     if config.submissions is None or not Path(config.submissions).is_dir():
         problems["submissions"] = f"{config.submissions} is not a folder (one sub-folder per student)"
+    elif "out" not in problems and _inside(Path(config.out), Path(config.submissions)):
+        problems["out"] = (f"{config.out} is inside --submissions {config.submissions}: the report "
+                           "would be graded as a student's folder, or shown in one")
     if config.sandbox == "none" and not config.trusted:
         problems["sandbox"] = ("none runs student code without a sandbox: add --trusted, only for "
                                "submissions you trust")

@@ -1,4 +1,4 @@
-"""Contain untrusted notebook code, host side: bubblewrap, setpriv, a file guard, uids of its own.
+"""Contain untrusted notebook code, host side: bubblewrap, setpriv and a file guard.
 
 ``choose_sandbox`` decides whether bubblewrap works on this machine; ``bwrap_prefix`` is the
 command line of a sandbox built from an allow-list (the system's library folders, the interpreter,
@@ -6,24 +6,19 @@ command line of a sandbox built from an allow-list (the system's library folders
 else), with no network and no view of other processes; ``setpriv_prefix`` sets the judge's
 privileges on its command line. ``FileGuard``
 snapshots files (bytes and sha256, new files included) so that any change made by the code
-can be reported and undone. As root, ``judge_uid`` hands each judge a uid nobody else uses and
-``kill_uid`` ends all its processes. ``judges`` uses them; the threat model is in
-``course/grading/__init__.py``.
+can be reported and undone. The uid each judge runs under is chosen in ``uids``; ``judges``
+uses them all; the threat model is in ``course/grading/__init__.py``.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
-import itertools
 import os
 import shutil
-import signal
 import stat
 import subprocess
 from pathlib import Path
-
-import psutil
 
 #: Folders the file guard does not watch: version control internals, environments, data and outputs.
 UNWATCHED = frozenset({".git", ".venv", "venv", "data", "build", "runs", "node_modules", "__pycache__",
@@ -98,8 +93,10 @@ ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "hosts", "nsswitch.conf", "h
 #: (``home``), ``tmp`` (``TMPDIR``) and ``data``; everything an exercise may write lands on it, so its
 #: size is a disk limit. Allowed folders that lie below ``/tmp`` on the host are bound onto it, read-only.
 WORKDIR = Path("/tmp")
-#: The uid inside the sandbox when the grader is not root (bubblewrap's user namespace maps it to the
-#: grader's uid: the kernel still checks files against that uid, so what is not mounted is the protection).
+#: The uid inside the sandbox when the grader is not root: with subordinate uids, the judge's uid in the
+#: namespace ``uids.userns_prefix`` makes (a subordinate uid on the host); without, bubblewrap's user
+#: namespace maps it to the grader's uid (the kernel still checks files against that uid, so what is
+#: not mounted is the protection).
 SANDBOX_UID = 1_499_999_999
 
 
@@ -131,7 +128,7 @@ def _binds(readable: list[Path]) -> list[str]:
     return args
 
 
-def bwrap_prefix(readable: list[Path], *, work_mb: int, shm_mb: int) -> list[str]:
+def bwrap_prefix(readable: list[Path], *, work_mb: int, shm_mb: int, mapped: bool = False) -> list[str]:
     """The bubblewrap command line, built from an allow-list: nothing but these is in the sandbox.
 
     Read-only: the system folders (``SYSTEM``), ``/etc``'s pieces in ``ETC`` and ``readable`` (the
@@ -139,8 +136,10 @@ def bwrap_prefix(readable: list[Path], *, work_mb: int, shm_mb: int) -> list[str
     (``/tmp``), a tmpfs of ``work_mb`` MiB holding HOME, ``tmp`` and ``data``, and ``/dev/shm``, a
     tmpfs of ``shm_mb`` MiB (its files are memory). Everything else is absent: the repository, the
     submissions, the report, other users' and the grader's home. No network (only a loopback of its
-    own), its own PID namespace (everything ends with it). As root the uid stays root for the judge's
-    ``setpriv`` to drop to a uid of its own; otherwise a user namespace runs it as ``SANDBOX_UID``.
+    own), its own PID namespace (everything ends with it). As root, or ``mapped`` (started as the root
+    of a user namespace that maps a subordinate uid: ``uids.userns_prefix``), the uid stays root for the
+    judge's ``setpriv`` to drop to a uid of its own; otherwise a user namespace of bubblewrap's runs it
+    as ``SANDBOX_UID``.
 
     Raises:
         ValueError: A readable folder would cover the working copy.
@@ -148,7 +147,7 @@ def bwrap_prefix(readable: list[Path], *, work_mb: int, shm_mb: int) -> list[str
     for path in readable:
         if WORKDIR.is_relative_to(path):
             raise ValueError(f"{path} would cover the sandbox's working copy {WORKDIR}")
-    user = [] if os.geteuid() == 0 else ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    user = [] if os.geteuid() == 0 or mapped else ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     work = [a for sub in ("home", "tmp", "data") for a in ("--perms", "0777", "--dir", str(WORKDIR / sub))]
     return ["bwrap", *user, "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts",
             "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev",
@@ -159,7 +158,8 @@ def bwrap_prefix(readable: list[Path], *, work_mb: int, shm_mb: int) -> list[str
 
 def setpriv_prefix(uid: int | None) -> list[str]:
     """The judge's privileges, set on its command line: never new privileges (no setuid program
-    gives any back); as root, ``uid`` (its own) or, with none, uid 0 without any capability.
+    gives any back); with ``uid`` (its own: as root, or as the root of a namespace that maps it) that
+    uid without any capability; as root with none, uid 0 without any capability.
 
     Raises:
         RuntimeError: ``setpriv`` (util-linux) is not installed.
@@ -167,9 +167,9 @@ def setpriv_prefix(uid: int | None) -> list[str]:
     if shutil.which("setpriv") is None:
         raise RuntimeError("setpriv not found (it is part of util-linux): the judge's privileges are set with it")
     args = ["setpriv", "--no-new-privs"]
-    if os.geteuid() == 0:
-        if uid is not None:
-            args += ["--reuid", str(uid), "--regid", str(uid), "--clear-groups"]
+    if uid is not None:
+        args += ["--reuid", str(uid), "--regid", str(uid), "--clear-groups"]
+    if uid is not None or os.geteuid() == 0:
         args += ["--inh-caps=-all", "--bounding-set=-all"]
     return [*args, "--"]
 
@@ -186,43 +186,13 @@ def choose_sandbox(mode: str) -> tuple[str, str]:
         command = [*bwrap_prefix([], work_mb=1, shm_mb=1), "true"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
         if done.returncode == 0:
-            who = ("a uid of its own" if os.geteuid() == 0 else
-                   f"uid {SANDBOX_UID} in a user namespace (files are checked against your uid: "
-                   "only what is mounted can be read)")
             return "bwrap", ("bubblewrap: an allow-list (the interpreter, common/ and a working copy of "
-                              f"its own in sight, nothing else), no network, {who}")
+                              "its own in sight, nothing else), no network")
         why = f"bwrap does not work here: {done.stderr.strip()[:200]}"
     if mode == "bwrap":
         raise RuntimeError(why)
     return "none", (why + "; UNSAFE FOR UNTRUSTED SUBMISSIONS: running without a sandbox (no network "
                      "or file isolation); files are hashed and restored, strays killed")
-
-
-_uids = itertools.count()
-
-
-def judge_uid() -> int | None:
-    """A uid no other process uses, for one judge and its exercises, when running as root; else None.
-
-    A uid of its own makes the process-count limit hold (root is exempt), keeps the judge from
-    signalling or writing anything of the grader's, and lets ``kill_uid`` find every stray.
-    """
-    if os.geteuid() != 0:
-        return None
-    return 1_500_000_000 + (os.getpid() % 100_000) * 100 + next(_uids) % 100
-
-
-def kill_uid(uid: int) -> None:
-    """SIGKILL every process whose real uid is ``uid`` until none is left."""
-    for _ in range(1000):
-        found = [p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid]
-        if not found:
-            return
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def readable_by_others(path: Path) -> bool:
