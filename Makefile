@@ -112,7 +112,7 @@ shards: data ## Write tar shards of the dataset to data/shards/ (chapter 5)
 # key and ports); the packages' system services need no setup.
 system-deps: ## Install what optional tests need: Chromium + CJK fonts, bubblewrap, Slurm + munge; Debian/Ubuntu
 	$(SUDO) apt-get update
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium fonts-noto-cjk bubblewrap \
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium fonts-noto-cjk bubblewrap uidmap \
 		slurm-wlm munge
 
 bench-ddp: $(STAMP) ## DDP samples/s side by side: 1 rank, 1 rank + 1 worker, 2 ranks strong and weak

@@ -69,14 +69,22 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
   ``/sys``; the grader refuses to start if the repository, the sources, the submissions or the
   report lie inside a folder it shows (``judges.allow_list``). No network (a loopback of its own);
   its own PID namespace (everything ends with it); the working copy holds no checks.
-- *A uid of its own.* As root, bubblewrap keeps uid 0 only to build the sandbox; ``setpriv`` then
-  runs the judge under a uid nobody else uses (``judge_uid``), without any capability and never
-  with new privileges, so the kernel checks every file against a uid that owns nothing. Started
-  by an ordinary user (the normal case for an instructor), the sandbox runs in a user namespace
-  as uid ``SANDBOX_UID``, but the kernel still checks files against the instructor's uid (an
-  unprivileged process cannot take another): there the allow-list is the protection, and a 0600
-  file of the instructor's is out of reach because nothing outside the shown folders is mounted.
-  Keep private files out of those folders (the venv, the Python installation, ``common/``).
+- *A uid of its own, whoever starts the grader* (``uids``). As root, bubblewrap keeps uid 0 only
+  to build the sandbox; ``setpriv`` then runs the judge under a uid nobody else uses
+  (``judge_uid``), without any capability and never with new privileges, so the kernel checks
+  every file against a uid that owns nothing. Started by an ordinary user (the normal case for an
+  instructor) who has subordinate uids (``/etc/subuid`` and ``/etc/subgid``, mapped by the setuid
+  helpers ``newuidmap``/``newgidmap`` of the ``uidmap`` package), the judge starts in a user
+  namespace of its own whose root is the instructor's uid and whose ``SANDBOX_UID`` is one of the
+  subordinate uids; the namespace's root builds the sandbox and ``setpriv`` drops to
+  ``SANDBOX_UID`` without any capability, so the kernel again checks files against a uid that owns
+  nothing: the instructor's files appear owned by the namespace's root and a 0600 file of theirs
+  inside a shown folder (the venv, the Python installation, ``common/``) cannot be read. Without
+  ``uidmap`` or a range (or where the probe of that set-up fails: the shown folders must then be
+  readable by others) the judge runs as before, in bubblewrap's user namespace as
+  ``SANDBOX_UID`` but checked against the instructor's uid: the allow-list is then the only
+  protection, and the ``sandbox:`` line and ``grades.json`` (``sandbox_note``, ``judge_uid``) say
+  so. The one-time set-up is in ``docs/instructors.md``.
 - *Limits per exercise* (``cgroups``, ``inside/space.py``). Where the machine gives cgroups (v2
   where the grader's cgroup can hand ``memory`` and ``pids`` to children; else v1's ``memory`` and
   ``pids`` hierarchies, as root), each exercise's checker is put into cgroups of the exercise's own
@@ -119,7 +127,8 @@ Layout
 Host side: ``config`` (what to grade, the report's rows), ``grader`` (submissions, scores,
 the command line), ``report`` (``grades.csv``, ``grades.json``, feedback), ``text`` (strings
 from a submission, made safe), ``judges`` (starting judges and speaking to them), ``sandbox``
-(bubblewrap's allow-list, setpriv, the file guard, uids), ``cgroups`` (an exercise's cgroups).
+(bubblewrap's allow-list, setpriv, the file guard), ``uids`` (each judge's uid: fresh as root,
+subordinate for an ordinary user), ``cgroups`` (an exercise's cgroups).
 Inside the sandbox: ``inside/``. The student side (``course.checks``) is what the
 exercise notebooks import.
 """

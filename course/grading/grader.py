@@ -33,10 +33,11 @@ from course.grading.cgroups import available
 from course.grading.config import GradingConfig, Integrity, Result
 from course.grading.inside.answer_rules import answer_problems
 from course.grading.inside.channel import MAX_MESSAGE
-from course.grading.judges import Run, allow_list, may_drop, run_notebook
+from course.grading.judges import Run, allow_list, may_drop, own_uids, run_notebook
 from course.grading.report import write_feedback, write_report
 from course.grading.sandbox import FileGuard, choose_sandbox
 from course.grading.text import shown
+from course.grading.uids import Subordinate
 
 
 class SandboxRequired(RuntimeError):
@@ -158,8 +159,10 @@ def score(exercise: Exercise, run: Run, refused: dict[str, str], missing: set[st
 
 
 def grade_notebook(student: str, source_path: Path, submission_path: Path | None, config: GradingConfig,
-                   sandbox: str, guard: FileGuard | None) -> tuple[list[Result], list[Integrity]]:
-    """Grade one submitted notebook; never raises for anything the submission does."""
+                   sandbox: str, guard: FileGuard | None, subordinate: Subordinate | None = None
+                   ) -> tuple[list[Result], list[Integrity]]:
+    """Grade one submitted notebook (an ordinary user's judges under ``subordinate`` uids where
+    given); never raises for anything the submission does."""
     source = nbformat.read(source_path, as_version=4)
     exercises = exercises_of(source, name=source_path.name)
     notebook = source_path.stem
@@ -173,7 +176,7 @@ def grade_notebook(student: str, source_path: Path, submission_path: Path | None
     refused = {e.key: why for e in exercises if e.key not in missing
                and (why := answer_problems(nb.cells[e.answer_cell].source))}
     run = run_notebook(judge_requests(nb, exercises, refused | {k: "" for k in missing}), student,
-                        config, sandbox, guard)
+                        config, sandbox, guard, subordinate)
     results, integrity = [], []
     for exercise in exercises:
         points, message = score(exercise, run, refused, missing)
@@ -230,27 +233,35 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
     # Under bubblewrap the repository and site-packages are read-only to the student: a change
     # there comes from outside (a maintainer's edit) and must be neither blamed nor undone.
     guard = _guard(config) if sandbox != "bwrap" else None
-    controllers = available()
-    limits = (f"memory and processes per exercise (cgroups: {', '.join(controllers)})" if controllers else
-              "memory and processes per process only: no cgroup can be made here (course/grading/__init__.py)")
-    limits += "; files per exercise (a tmpfs)" if sandbox == "bwrap" else "; files per file only"
+    subordinate, who = own_uids(config, sandbox)
     results: list[Result] = []
     integrity: list[Integrity] = []
     for student, name, path in find_submissions(config, list(sources)):
         print(f"grading {shown(student)}/{shown(name)} ...", flush=True)
         try:
-            rows, problems = grade_notebook(student, sources[name], path, config, sandbox, guard)
+            rows, problems = grade_notebook(student, sources[name], path, config, sandbox, guard, subordinate)
         except Exception as error:  # noqa: BLE001 - one broken submission must not stop the rest
             exercises = exercises_of(nbformat.read(sources[name], as_version=4), name=name)
             rows, problems = zero_rows(student, name, exercises, f"grader error: {type(error).__name__}: "
                                        f"{error}"[:MAX_MESSAGE]), []
         results += rows
         integrity += problems
-    uid_note = "" if os.geteuid() != 0 or may_drop(config, sandbox) else \
+    own = subordinate is not None or (os.geteuid() == 0 and may_drop(config, sandbox))
+    uid_note = "" if os.geteuid() != 0 or own else \
         " (root, but the judges run as root: make the repository and Python readable by others)"
-    info = {"sandbox": sandbox, "trusted": config.trusted, "sandbox_note": why + uid_note,
-            "limits": limits, "integrity": [asdict(problem) for problem in integrity]}
+    info = {"sandbox": sandbox, "trusted": config.trusted,
+            "sandbox_note": "; ".join(filter(None, (why, who))) + uid_note,
+            "judge_uid": "own" if own else "the grader's", "limits": _limits(sandbox),
+            "integrity": [asdict(problem) for problem in integrity]}
     return results, info
+
+
+def _limits(sandbox: str) -> str:
+    """What bounds an exercise here, for the report's ``limits``."""
+    controllers = available()
+    limits = (f"memory and processes per exercise (cgroups: {', '.join(controllers)})" if controllers else
+              "memory and processes per process only: no cgroup can be made here (course/grading/__init__.py)")
+    return limits + ("; files per exercise (a tmpfs)" if sandbox == "bwrap" else "; files per file only")
 
 
 def _inside(path: Path, folder: Path) -> bool:

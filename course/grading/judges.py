@@ -1,12 +1,12 @@
 """Starting judges and speaking to them, from the grader's side of the sandbox.
 
 ``run_notebook`` starts a judge (``inside/judge.py``) in a fresh working copy, behind
-bubblewrap where it works (``allow_list`` is what it shows) and ``setpriv`` always (as root
-under a uid of its own), sends it the setup cells and exercises one request at a time, puts
-each exercise's checker into cgroups of the exercise's own where the machine gives them
-(``cgroups``) and names the limit it hit, checks the repository after every
-reply when there is no sandbox, and starts a new judge for the exercises that are left when
-one is killed. Only the fields it knows are kept from each reply. The threat model is in
+bubblewrap where it works (``allow_list`` is what it shows) and ``setpriv`` always (under a
+uid of its own as root, and as an ordinary user with subordinate uids: ``uids``), sends it
+the setup cells and exercises one request at a time, puts each exercise's checker into cgroups
+of the exercise's own where the machine gives them (``cgroups``) and names the limit it hit,
+checks the repository after every reply when there is no sandbox, and starts a new judge for
+the exercises that are left when one is killed. Only the fields it knows are kept from each reply. The threat model is in
 ``course/grading/__init__.py``.
 """
 
@@ -35,11 +35,10 @@ from course.grading.sandbox import (
     WORKDIR,
     FileGuard,
     bwrap_prefix,
-    judge_uid,
-    kill_uid,
     readable_by_others,
     setpriv_prefix,
 )
+from course.grading.uids import JudgeUid, Subordinate, choose_subordinate, judge_uid, kill_uid
 
 #: How the judge is started: no user site, no working directory on sys.path (``-P`` needs 3.11).
 JUDGE = [sys.executable, "-s", "-c", "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
@@ -184,33 +183,35 @@ def allow_list(config: GradingConfig) -> list[Path]:
     return sorted(pythons) + [config.repo / p for p in EXPOSED if (config.repo / p).exists()]
 
 
-def _prefix(config: GradingConfig, sandbox: str, uid: int | None) -> list[str]:
+def _prefix(config: GradingConfig, sandbox: str, uid: JudgeUid | None) -> list[str]:
     if sandbox != "bwrap":
         # Root with no uid to drop to: a PID namespace of its own, so that every process an answer
         # starts (double-forked daemons too) dies with the judge (setpriv drops its capabilities)
         if os.geteuid() == 0 and uid is None and shutil.which("unshare"):
             return ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
         return []
-    return bwrap_prefix(allow_list(config), work_mb=config.file_mb + SETUP_MB, shm_mb=config.memory_mb)
+    userns = list(uid.userns) if uid is not None else []  # an ordinary user's subordinate uid
+    return [*userns, *bwrap_prefix(allow_list(config), work_mb=config.file_mb + SETUP_MB,
+                                   shm_mb=config.memory_mb, mapped=bool(userns))]
 
 
-def _workdir(tmp: Path, uid: int | None) -> Path:
+def _workdir(tmp: Path, uid: JudgeUid | None) -> Path:
     workdir = tmp / "work"
     for sub in ("home", "tmp", "data"):
         (workdir / sub).mkdir(parents=True)
     if uid is not None:
         os.chmod(tmp, 0o711)
         for path in (workdir, *workdir.iterdir()):
-            os.chown(path, uid, uid)
+            os.chown(path, uid.host, uid.host)
     return workdir
 
 
-def _judge(requests: list[dict], tmp: Path, config: GradingConfig, sandbox: str, uid: int | None,
+def _judge(requests: list[dict], tmp: Path, config: GradingConfig, sandbox: str, uid: JudgeUid | None,
            guard: FileGuard | None, run: Run) -> list[dict]:
     """Send requests to one judge until done or it dies; returns the requests left over."""
     inside = WORKDIR if sandbox == "bwrap" else tmp / "work"
     cgroups = Cgroups.create(config.memory_mb, config.processes)
-    limits = {"repo": str(config.repo), "uid": uid, "cell_timeout": config.cell_timeout,
+    limits = {"repo": str(config.repo), "uid": uid.inner if uid else None, "cell_timeout": config.cell_timeout,
               "memory_mb": config.memory_mb, "cpu_seconds": config.cpu_seconds,
               "processes": config.processes, "open_files": config.open_files, "file_mb": config.file_mb,
               "shm": "/dev/shm" if sandbox == "bwrap" else None,  # the sandbox's own: emptied per exercise
@@ -266,8 +267,8 @@ def _serve(proc: subprocess.Popen, requests: list[dict], config: GradingConfig, 
     return []
 
 
-def _stop(proc: subprocess.Popen, uid: int | None) -> None:
-    """End the judge and everything it started (its session; as root, every process of its uid)."""
+def _stop(proc: subprocess.Popen, uid: JudgeUid | None) -> None:
+    """End the judge and everything it started (its session; every process of its own uid)."""
     for stream in (proc.stdin, proc.stdout):
         try:
             stream.close()
@@ -279,16 +280,17 @@ def _stop(proc: subprocess.Popen, uid: int | None) -> None:
         pass
     proc.wait()
     if uid is not None:
-        kill_uid(uid)
+        kill_uid(uid.host)
 
 
 def run_notebook(requests: list[dict], student: str, config: GradingConfig, sandbox: str,
-                  guard: FileGuard | None) -> Run:
-    """Run the requests, starting a new judge (setup again) after one was killed."""
+                  guard: FileGuard | None, subordinate: Subordinate | None = None) -> Run:
+    """Run the requests, starting a new judge (setup again) after one was killed; an ordinary user's
+    judges run under ``subordinate`` uids where given (``own_uids``)."""
     run = Run()
     left = requests if any(r["op"] == "exercise" for r in requests) else []
     while left:
-        uid = judge_uid() if may_drop(config, sandbox) else None
+        uid = judge_uid(subordinate) if may_drop(config, sandbox) else None
         with tempfile.TemporaryDirectory(prefix=f"grade-{student}-") as tmp:
             if sandbox != "bwrap":  # the sandbox's working copy is a tmpfs of its own
                 _workdir(Path(tmp), uid)
@@ -299,9 +301,24 @@ def run_notebook(requests: list[dict], student: str, config: GradingConfig, sand
     return run
 
 
+def _needed(config: GradingConfig) -> list[Path]:
+    """What every judge reads first: the learner's package, the standard library, the interpreter."""
+    return [config.repo / "common" / "__init__.py", Path(os.__file__), Path(sys.executable)]
+
+
 def may_drop(config: GradingConfig, sandbox: str) -> bool:
-    """As root, run each judge under a uid of its own: inside bubblewrap always, else if it can read."""
+    """Whether a judge may run under a uid of its own: as an ordinary user inside bubblewrap (where
+    ``own_uids`` gives subordinate uids); as root inside bubblewrap always, else if that uid can read."""
     if os.geteuid() != 0:
-        return False
-    needed = (config.repo / "common" / "__init__.py", Path(os.__file__), Path(sys.executable))
-    return sandbox == "bwrap" or all(readable_by_others(p) for p in needed)
+        return sandbox == "bwrap"
+    return sandbox == "bwrap" or all(readable_by_others(p) for p in _needed(config))
+
+
+def own_uids(config: GradingConfig, sandbox: str) -> tuple[Subordinate | None, str]:
+    """The subordinate ids an ordinary user's judges run under (None as root, without the sandbox,
+    or where there are none), and the sentence that says which uid the judges have."""
+    if sandbox != "bwrap":
+        return None, ""
+    if os.geteuid() == 0:
+        return None, "a uid of its own for each judge"
+    return choose_subordinate(allow_list(config), _needed(config))

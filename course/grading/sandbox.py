@@ -147,7 +147,8 @@ def bwrap_prefix(readable: list[Path], *, work_mb: int, shm_mb: int, mapped: boo
     for path in readable:
         if WORKDIR.is_relative_to(path):
             raise ValueError(f"{path} would cover the sandbox's working copy {WORKDIR}")
-    user = [] if os.geteuid() == 0 or mapped else ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    user = [] if os.geteuid() == 0 or mapped else \
+        ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     work = [a for sub in ("home", "tmp", "data") for a in ("--perms", "0777", "--dir", str(WORKDIR / sub))]
     return ["bwrap", *user, "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts",
             "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev",

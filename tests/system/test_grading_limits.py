@@ -5,7 +5,10 @@ over the exercise's memory, disk, processes and ``/dev/shm`` while staying under
 limit, ``h14_secrets`` reads a 0600 key in the grader's HOME, the instructor source and another
 student's submission, and an honest student graded after them gets full marks. The secrets attack is
 graded again by a grader that an ordinary user starts (a temporary user, made with ``useradd`` when
-the tests run as root). The answers are in tests/fixtures/submissions/hostile.py.
+the tests run as root, with subordinate uids where ``uidmap`` is installed), on a copy of the
+repository whose ``common/`` holds a 0600 file of that user: the sandbox shows the folder, and the
+judge, under a subordinate uid of its own, cannot read the file. The answers are in
+tests/fixtures/submissions/hostile.py.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from course.grading.config import GradingConfig
 from course.grading.grader import grade
 from course.grading.report import write_report
 from course.grading.sandbox import choose_sandbox
+from course.grading.uids import OWN, SHARED
 from tests.fixtures.submissions.hostile import LIMITED, LIMITED_POINTS
 from tests.fixtures.submissions.make_submissions import with_answers
 
@@ -55,9 +59,9 @@ def _plant_key(home: Path, owner: int, group: int) -> str:
     return token
 
 
-def _submissions(root: Path, students: tuple[str, ...], key: Path) -> Path:
+def _submissions(root: Path, students: tuple[str, ...], key: Path, other: Path | None = None) -> Path:
     source = nbformat.read(SOURCE, as_version=4)
-    fill = {"key": str(key), "source": str(SOURCE), "other": str(root / "zz_honest" / NAME)}
+    fill = {"key": str(key), "source": str(SOURCE), "other": str(other or root / "zz_honest" / NAME)}
     for student in students:
         (root / student).mkdir(parents=True)
         nbformat.write(with_answers(source, LIMITED.get(student, HONEST), fill), root / student / NAME)
@@ -143,20 +147,47 @@ def _opened(paths: list[Path], keep: Path) -> list[str]:
     return lines
 
 
-def _as_user(root: Path, command: list[str]) -> subprocess.CompletedProcess:
+def _copy_repo(root: Path) -> tuple[Path, Path, str]:
+    """What the grader needs of the repository, copied to ``root/repo`` (the grading user's own), and a
+    0600 file of that user in its ``common/``, a folder the sandbox shows; its path and text."""
+    skip = shutil.ignore_patterns("__pycache__")
+    for part in ("common", "course"):
+        shutil.copytree(REPO / part, root / "repo" / part, ignore=skip)
+    shutil.copy2(REPO / "pyproject.toml", root / "repo")
+    (root / "repo" / "chapters" / "exercises").mkdir(parents=True)
+    shutil.copy2(SOURCE, root / "repo" / "chapters" / "exercises")
+    token = f"instructor-secret-{secrets.token_hex(12)}"
+    secret = root / "repo" / "common" / "instructor.key"  # the answer names the last 12 characters
+    secret.write_text(token + "\n")
+    secret.chmod(0o600)
+    return root / "repo", secret, token
+
+
+def _subordinate_ids(name: str) -> None:
+    """Give the temporary user a range of subordinate uids and gids (``userdel`` removes them)."""
+    if shutil.which("newuidmap") is None:
+        return
+    start = 1_100_000_000 + secrets.randbelow(4000) * 65536  # below the root grader's judge uids
+    span = f"{start}-{start + 65535}"
+    subprocess.run(["usermod", "--add-subuids", span, "--add-subgids", span, name], check=True, capture_output=True)
+
+
+def _as_user(root: Path, repo: Path, command: list[str]) -> subprocess.CompletedProcess:
     """Run ``command`` as an ordinary user: this one, or (as root) a temporary one made for it."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root / "home"),
-           "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+           "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
     if os.geteuid() != 0:
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
     name = f"grader{secrets.token_hex(4)}"
     subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", str(root / "home"), "--shell",
                     "/usr/sbin/nologin", name], check=True, capture_output=True)
     try:
+        _subordinate_ids(name)
         user = pwd.getpwnam(name)
         for path in (root, *root.rglob("*")):
             os.chown(path, user.pw_uid, user.pw_gid, follow_symlinks=False)
-        setup = _opened([Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), REPO], root / "keep")
+        # the copy of the repository is the user's own, below its own folder: only Python may need a way through
+        setup = _opened([Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()], root / "keep")
         drop = ["setpriv", "--reuid", str(user.pw_uid), "--regid", str(user.pw_gid), "--init-groups", "env", "-i",
                 *(f"{k}={v}" for k, v in env.items())]
         script = " && ".join([*setup, "exec \"$@\""])
@@ -166,30 +197,45 @@ def _as_user(root: Path, command: list[str]) -> subprocess.CompletedProcess:
         subprocess.run(["userdel", name], check=False, capture_output=True)
 
 
+def _skip_if_not_graded(done: subprocess.CompletedProcess, out: Path) -> None:
+    if done.returncode != 0 and not out.exists():  # nothing was graded: why
+        for sign, why in (("Permission denied", "the interpreter cannot be run by another user"),
+                          ("unshare:", "no mount namespace can be made here"),
+                          ("bwrap does not work", "bubblewrap does not work for an ordinary user")):
+            if sign in done.stderr:
+                pytest.skip(f"{why} here: {done.stderr.strip()[-300:]}")
+
+
 def test_files_outside_the_allow_list_are_absent_for_an_ordinary_users_grader():
-    """The normal case for an instructor: the sandbox runs in a user namespace of the grader's uid."""
+    """The normal case for an instructor: with subordinate uids each judge has a uid of its own, so a
+    0600 file of the instructor's inside a folder the sandbox shows (``common/``) cannot be read."""
     if os.geteuid() == 0 and not shutil.which("useradd"):
         pytest.skip("running as root without useradd: no ordinary user to grade as")
     root = Path(tempfile.mkdtemp(prefix="grade-as-user-"))
     try:
         uid, gid = os.getuid(), os.getgid()
-        token = _plant_key(root / "home", uid, gid)
-        subs = _submissions(root / "subs", ("h14_secrets",), root / "home" / ".ssh" / "id_key")
-        done = _as_user(root, [sys.executable, "-m", "course.grading", "--submissions", str(subs), "--out",
-                               str(root / "out"), "--repo", str(REPO), "--notebooks", Path(NAME).stem,
-                               "--cell-timeout", "40"])
-        if done.returncode != 0 and not (root / "out").exists():  # nothing was graded: why
-            for sign, why in (("Permission denied", "the interpreter cannot be run by another user"),
-                              ("unshare:", "no mount namespace can be made here"),
-                              ("bwrap does not work", "bubblewrap does not work for an ordinary user")):
-                if sign in done.stderr:
-                    pytest.skip(f"{why} here: {done.stderr.strip()[-300:]}")
+        key_token = _plant_key(root / "home", uid, gid)
+        repo, secret, secret_token = _copy_repo(root)
+        subs = _submissions(root / "subs", ("h14_secrets",), root / "home" / ".ssh" / "id_key", other=secret)
+        out = root / "out"
+        done = _as_user(root, repo, [sys.executable, "-m", "course.grading", "--submissions", str(subs), "--out",
+                                     str(out), "--repo", str(repo), "--notebooks", Path(NAME).stem,
+                                     "--cell-timeout", "40"])
+        _skip_if_not_graded(done, out)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        first = _messages(root / "out", "h14_secrets")[0]
+        first = _messages(out, "h14_secrets")[0]
         assert "/.ssh/id_key: FileNotFoundError" in first and f"{NAME[-12:]}: FileNotFoundError" in first, first
-        assert token not in _outputs(root / "out"), "the grading user's 0600 key reached the report"
-        assert _points(root / "out")["h14_secrets"] == LIMITED_POINTS["h14_secrets"], done.stdout
-        note = json.loads((root / "out" / "grades.json").read_text())["sandbox_note"]
-        assert "user namespace" in note and "allow-list" in note, note
+        assert key_token not in _outputs(out), "the grading user's 0600 key reached the report"
+        assert _points(out)["h14_secrets"] == LIMITED_POINTS["h14_secrets"], done.stdout
+        report = json.loads((out / "grades.json").read_text())
+        if report["judge_uid"] != "own" and os.geteuid() != 0:
+            assert SHARED in report["sandbox_note"] and f"sandbox: {report['sandbox_note']}" in done.stdout
+            pytest.skip("no subordinate uids for this user (the report says so): " + report["sandbox_note"])
+        if shutil.which("newuidmap") is None:
+            assert report["judge_uid"] == "the grader's" and SHARED in report["sandbox_note"], report
+            pytest.skip("uidmap is not installed (make system-deps): judges share the grader's uid")
+        assert report["judge_uid"] == "own" and OWN in report["sandbox_note"], report["sandbox_note"]
+        assert f"{secret.name[-12:]}: PermissionError" in first, "shown but unreadable: " + first
+        assert secret_token not in _outputs(out), "the instructor's 0600 file in common/ reached the report"
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from course.grading.cgroups import Cgroups
-from course.grading.sandbox import WORKDIR, FileGuard, bwrap_prefix, choose_sandbox, setpriv_prefix
+from course.grading.sandbox import (
+    SANDBOX_UID,
+    WORKDIR,
+    FileGuard,
+    bwrap_prefix,
+    choose_sandbox,
+    setpriv_prefix,
+)
+from course.grading.uids import Subordinate, find_subordinate, judge_uid, ranges
 
 REPO = Path(__file__).resolve().parents[2]
 #: The interpreter running the tests, and what the sandbox must show for it to run there.
@@ -58,6 +67,8 @@ def test_bwrap_prefix_is_an_allow_list(tmp_path):
     assert prefix[work - 3:work] == ["--size", str(8 * 2**20), "--tmpfs"], "the working copy is a bounded tmpfs"
     assert prefix[prefix.index("/dev/shm") - 3:prefix.index("/dev/shm")] == ["--size", str(4 * 2**20), "--tmpfs"]
     assert ("--unshare-user" in prefix) == (os.geteuid() != 0), "a user namespace unless root (setpriv then)"
+    mapped = bwrap_prefix([shown], work_mb=8, shm_mb=4, mapped=True)
+    assert "--unshare-user" not in mapped, "inside a namespace that maps a subordinate uid: setpriv drops to it"
     with pytest.raises(ValueError, match="working copy"):
         bwrap_prefix([Path("/")], work_mb=8, shm_mb=4)
 
@@ -215,3 +226,27 @@ def test_the_sandboxs_dev_shm_is_bounded():
                           capture_output=True, text=True, check=False, timeout=60)
     assert done.returncode == 0, done.stderr
     assert 8 <= int(done.stdout) <= 16, done.stdout
+
+
+def test_an_ordinary_users_judges_get_subordinate_uids_of_their_own(tmp_path):
+    """Issue 29: an ordinary user's judges ran with the instructor's uid; /etc/subuid gives them their own."""
+    subuid, subgid = tmp_path / "subuid", tmp_path / "subgid"
+    me = pwd.getpwuid(os.getuid()).pw_name
+    subuid.write_text(f"# ranges\nsomeone:200000:65536\n{me}:300000:65536\n")
+    subgid.write_text(f"{os.getuid()}:400000:1000\n")
+    assert ranges(subuid, {me, str(os.getuid())}) == [(300000, 65536)]
+    found, why = find_subordinate(os.getuid(), (subuid, subgid))
+    if shutil.which("newuidmap") is None:
+        assert found is None and "newuidmap" in why
+    else:
+        assert found == Subordinate(300000, 65536, 400000, 1000) and why == ""
+        assert find_subordinate(os.getuid(), (subuid, tmp_path / "absent"))[0] is None
+    one, two = (judge_uid(Subordinate(300000, 65536, 400000, 1000)) for _ in range(2))
+    assert one.inner == two.inner == SANDBOX_UID and one.host != two.host, "each judge a uid of its own"
+    assert all(300000 <= uid.host < 365536 for uid in (one, two))
+    assert one.userns[:3] == ("unshare", "--user", "--map-root-user") and one.userns[-1] == "--"
+    assert f"--map-users={one.host},{SANDBOX_UID},1" in one.userns
+    assert setpriv_prefix(one.inner)[2:4] == ["--reuid", str(SANDBOX_UID)], "the judge drops to it inside"
+    subgid.write_text(f"{me}:400000\n")
+    with pytest.raises(ValueError, match=f"{subgid} row 1: expected NAME:START:COUNT"):
+        ranges(subgid, {me})
