@@ -80,7 +80,7 @@ SMALL_CNN = "small_cnn"
 def model_names() -> list[str]:
     """``small_cnn`` and every torchvision classification model's builder name (``resnet18``, ...).
 
-    Introduced in chapters/07_your_data.ipynb.
+    Introduced in docs/scripts.md ("Your own images").
     """
     import torchvision.models  # only for a torchvision --model: ~1.5 s
 
@@ -90,7 +90,7 @@ def model_names() -> list[str]:
 def model_problem(name: str) -> str:
     """Why ``--model name`` names no model (``""`` if it names one), listing the valid names.
 
-    Introduced in chapters/07_your_data.ipynb.
+    Introduced in docs/scripts.md ("Your own images").
     """
     if name == SMALL_CNN:
         return ""
@@ -104,7 +104,7 @@ def create_model(name: str, num_classes: int, *, width: int = 16) -> nn.Module:
     ``torchvision.models.get_model(name, weights=None, num_classes=num_classes)``: nothing is
     ever downloaded; ``width`` is SmallCNN's only.
 
-    Introduced in chapters/07_your_data.ipynb.
+    Introduced in docs/scripts.md ("Your own images").
     """
     if name == SMALL_CNN:
         return SmallCNN(num_classes, width=width)
@@ -122,7 +122,7 @@ def check_input_size(model: nn.Module, image_size: int, *, name: str) -> None:
     Raises:
         ValueError: Naming ``--model`` and ``--image-size`` (a ViT wants 224, ...).
 
-    Introduced in chapters/07_your_data.ipynb.
+    Introduced in docs/scripts.md ("Your own images").
     """
     training = model.training
     try:
@@ -141,7 +141,7 @@ def groupnorm_only(model: nn.Module, *, name: str) -> nn.Module:
     Raises:
         ValueError: Naming ``--model`` and the first module GroupNorm cannot replace.
 
-    Introduced in chapters/07_your_data.ipynb.
+    Introduced in docs/scripts.md ("Your own images").
     """
     batchnorm_to_groupnorm(model)
     left = [(where, type(module).__name__) for where, module in model.named_modules()
@@ -159,7 +159,7 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
     Raises:
         ValueError: Naming the file, and the keys missing, unexpected or of another shape.
 
-    Introduced in chapters/07_your_data.ipynb.
+    Introduced in docs/scripts.md ("Your own images").
     """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)

@@ -101,26 +101,57 @@ def demo_ddp_gradients(info: DistInfo) -> None:
 
 #: Tensor sizes (float32 values) whose all-reduce time ``demo_allreduce_cost`` measures.
 COST_SIZES = (2**8, 2**12, 2**16, 2**18, 2**20, 2**22)
+#: Timed rounds per size, and untimed calls per size before them (the first calls set up
+#: gloo's buffers and connections).
+COST_REPEATS, COST_WARMUP = 15, 2
 
 
-def demo_allreduce_cost(info: DistInfo, *, repeats: int = 5) -> None:
-    """Median seconds of one ``all_reduce`` per tensor size, printed as ``size:ms`` pairs.
+def allreduce_seconds(info: DistInfo, sizes: tuple[int, ...] = COST_SIZES, *,
+                      repeats: int = COST_REPEATS, warmup: int = COST_WARMUP
+                      ) -> dict[int, list[float]]:
+    """Seconds of each timed ``all_reduce``, by tensor size (float32 values).
+
+    The rounds go over all sizes in turn (size 1, 2, ..., then again), so a burst of load
+    from another program spreads over every size instead of making one size look slow;
+    a barrier before each call lets the ranks start together.
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
-    timings = []
-    for size in COST_SIZES:
-        values = torch.ones(size, device=info.device)
-        seconds = []
-        for _ in range(repeats + 1):  # the first call sets up buffers: not counted
+    tensors = {size: torch.ones(size, device=info.device) for size in sizes}
+    for values in tensors.values():
+        for _ in range(warmup if info.initialized else 0):
+            dist.all_reduce(values)
+    seconds: dict[int, list[float]] = {size: [] for size in sizes}
+    for _ in range(repeats):
+        for size, values in tensors.items():
             if info.initialized:
                 dist.barrier()
             started = time.perf_counter()
             if info.initialized:
                 dist.all_reduce(values)
-            seconds.append(time.perf_counter() - started)
-        timings.append(f"{size}:{1e3 * sorted(seconds[1:])[repeats // 2]:.3f}")
-    _show(info, "all_reduce milliseconds by tensor size (float32 values)", " ".join(timings))
+            seconds[size].append(time.perf_counter() - started)
+    return seconds
+
+
+def fastest_ms(seconds: dict[int, list[float]]) -> str:
+    """``size:ms`` pairs of the fastest call per size, the cost without interruptions.
+
+    On a machine shared with other work a median still carries the interruptions (a rank
+    descheduled while its peer waits); the minimum is what the collective itself costs.
+
+    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    """
+    return " ".join(f"{size}:{1e3 * min(times):.3f}" for size, times in seconds.items())
+
+
+def demo_allreduce_cost(info: DistInfo, *, repeats: int = COST_REPEATS) -> None:
+    """Milliseconds of one ``all_reduce`` per tensor size (fastest of ``repeats``), as
+    ``size:ms`` pairs.
+
+    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    """
+    timings = fastest_ms(allreduce_seconds(info, repeats=repeats))
+    _show(info, "all_reduce milliseconds by tensor size (float32 values)", timings)
 
 
 @dataclass

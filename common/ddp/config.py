@@ -125,7 +125,7 @@ def run_problems(config: RunSettings) -> dict[str, str]:
 def data_problem(config: RunSettings) -> dict[str, str]:
     """``--data DIR`` must be in a layout the trainers read (``common.layouts.layout_of``).
 
-    Introduced in chapters/07_your_data.ipynb.
+    Introduced in docs/scripts.md ("Your own images").
     """
     if not config.data or not Path(config.data).is_dir():
         return {}  # nothing given (the shapes), or is_dir's problem

@@ -94,25 +94,23 @@ class NormalizeCollate:
         return self.normalize(images), labels
 
 
-def _first(count: int, length: int) -> range:
-    return range(min(count, length) if count else length)
-
-
 def cached_split(data: ImageData | ShapesData, split: str, size: int,
                  count: int) -> CachedSamples:
-    """The first ``count`` images of ``split`` (0: all) from a uint8 cache under ``data.cache_root``.
+    """``count`` images of ``split`` (0: all; ``data.subset``) from a uint8 cache under
+    ``data.cache_root``.
 
     Built on first use (every rank may call this at once: a file lock lets one build), opened
     with ``stat`` checks afterwards. Chapter 4.1's cache of the same images is the same folder
-    (``data/cache`` beside ``data/shapes``); another layout's goes into its own folder there, and
-    its manifest records the layout and every file with its label (``common.layouts.file_list``).
+    (``data/cache`` beside ``data/shapes``); another layout has a folder of its own
+    (``common.layouts``), and the manifest records the layout and every file with its label.
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
     data = as_image_data(data)
     source = data.dataset(split)
-    indices = _first(count, len(source))
-    name = f"{split}_{size}" if len(indices) == len(source) else f"{split}_{size}_first{len(indices)}"
+    indices = data.subset(len(source), count)
+    name = (f"{split}_{size}" if len(indices) == len(source)
+            else f"{split}_{size}_{data.subset_name}{len(indices)}")
     cache = ensure_cache(source, data.cache_root / name,
                          CacheConfig(resize_size=size, crop_size=size), indices=indices,
                          verbose=False)
@@ -136,7 +134,7 @@ def _datasets(config: RunSettings, data: ImageData) -> tuple[Dataset, Dataset, o
 
     def split(name: str, transform, count: int) -> Dataset:
         dataset = data.dataset(name, transform)
-        indices = _first(count, len(dataset))
+        indices = data.subset(len(dataset), count)
         return dataset if len(indices) == len(dataset) else Subset(dataset, indices)
 
     return (SeededAugment(split("train", train_tf, config.subset), seed=config.seed),

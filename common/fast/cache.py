@@ -272,7 +272,7 @@ def listing_sha256(files: FileList) -> str:
     """sha256 of a source's file list: the annotations file as it is (one small file hashed), or
     with the class names or the ImageFolder listing that follows it (``common.layouts.FileList``).
 
-    Introduced in chapters/07_your_data.ipynb.
+    Introduced in docs/scripts.md ("Your own images").
     """
     if files.csv is not None and not files.extra:
         return sha256_of(files.csv)

@@ -29,30 +29,32 @@ def local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def shard_model(model: nn.Module, *, units: Iterable[nn.Module] | None = None,
-                reshard_after_forward: bool = True,
+                reshard_after_forward: bool | int | None = None,
                 mp_policy: MixedPrecisionPolicy | None = None) -> nn.Module:
     """``fully_shard`` every unit (bottom-up), then the root; returns the same model, sharded.
 
     Each unit is gathered and freed on its own, so at most one unit's full parameters (plus
     a prefetched next one) exist at a time. The root's ``fully_shard`` covers the
-    parameters that belong to no unit.
+    parameters that belong to no unit. ``reshard_after_forward`` applies to the units; the
+    root always gets torch's own choice (``None``: ``False`` for the root, whose parameters
+    backward needs first, so re-gathering them right away would be wasted).
 
     Args:
         model: The model, already on its device; it needs a default process group.
         units: Submodules to shard separately (default: every ``UNIT_TYPES`` module).
-        reshard_after_forward: Free the gathered parameters after forward (ZeRO-3); ``False``
-            keeps them until backward (ZeRO-2-like: more memory, one all-gather fewer).
+        reshard_after_forward: For the units: ``True`` (what ``None`` means for a non-root
+            module) frees the gathered parameters after forward (ZeRO-3); ``False`` keeps
+            them until backward (ZeRO-2-like: more memory, one all-gather fewer).
         mp_policy: e.g. ``MixedPrecisionPolicy(param_dtype=torch.bfloat16)`` on GPUs.
 
     Introduced in chapters/06_1_fsdp_sharding.ipynb.
     """
-    options = {"reshard_after_forward": reshard_after_forward,
-               **({"mp_policy": mp_policy} if mp_policy is not None else {})}
+    extra = {"mp_policy": mp_policy} if mp_policy is not None else {}
     chosen = list(units) if units is not None else [
         m for m in model.modules() if isinstance(m, UNIT_TYPES) and m is not model]
     for unit in reversed(chosen):  # bottom-up, as fully_shard expects
-        fully_shard(unit, **options)
-    fully_shard(model, **options)
+        fully_shard(unit, reshard_after_forward=reshard_after_forward, **extra)
+    fully_shard(model, reshard_after_forward=None, **extra)
     return model
 
 

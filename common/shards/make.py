@@ -95,7 +95,7 @@ def convert_dataset(dataset, out: Path, *, shard_size: int, prefix: str,
                     classes: tuple[str, ...] = ()) -> Path:
     """Shard a ``CustomImageDataset`` or an ``ImageFolder``, in its order; the manifest path.
 
-    Introduced in chapters/07_your_data.ipynb.
+    Introduced in docs/scripts.md ("Your own images").
     """
     files = file_list(dataset)
     samples = [(path, int(label)) for path, label in zip(files.paths, files.labels, strict=True)]
@@ -125,7 +125,7 @@ def convert_imagefolder(root: Path, out: Path, *, shard_size: int, prefix: str) 
     """Shard an ImageFolder root (``train/``, ``val/`` into ``out/train``, ``out/val``) or one
     split (a folder of class folders, into ``out``); the manifest paths.
 
-    Introduced in chapters/07_your_data.ipynb.
+    Introduced in docs/scripts.md ("Your own images").
     """
     if (root / "train").is_dir() and (root / "val").is_dir():
         data = folder_data(root)

@@ -172,7 +172,7 @@ def shard_classes(config: ShardTrainConfig) -> tuple[str, ...]:
         ValueError: If the ``--val-shards`` manifest names other classes (its labels would
             mean other classes than the training labels).
 
-    Introduced in chapters/07_your_data.ipynb.
+    Introduced in docs/scripts.md ("Your own images").
     """
     train, val = (_manifest_classes(getattr(config, name)) for name in ("shards", "val_shards"))
     if val and val != train:

@@ -1,0 +1,373 @@
+"""Your images in every trainer: the dataset layouts ``--data`` and the CSV flags accept.
+
+Three layouts on disk, one object for the trainers (:class:`ImageData`)::
+
+    shapes       DIR/train/labels.csv + DIR/train/images/, DIR/val/ alike (common.ensure_data;
+                 any folder laid out so): class names from DIR/classes.txt, else the labels
+    imagefolder  DIR/train/<class>/<image>, DIR/val/<class>/<image> (pytorch/examples imagenet):
+                 the classes are train/'s sorted folder names, read by torchvision's ImageFolder
+    csv          the guide's annotations CSV (file_name,label; §2.2.1) and its image folder, per
+                 split: --train-csv, --train-images, --val-csv, --val-images
+
+``--data DIR`` is told apart by what DIR holds (:func:`layout_of`). A CSV's labels are either
+integers ``0..K-1``, used as given, or names, numbered in sorted order; the validation split
+uses the training split's classes. Every image is decoded to RGB whatever its mode or size
+(``common.data.load_rgb``, which names the file it cannot read); the trainers' transforms then
+resize it. Refused, with the file named: one class, an empty split, integer labels with gaps,
+validation classes the training split lacks. Shards (Chapter 5) are ``common.shards.train``'s.
+No torchvision at import: only the ImageFolder layout loads it, when it is read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from common.annotations import BadSampleError, read_annotations
+from common.data import CustomImageDataset, load_rgb
+from common.synthetic import ShapesData, ensure_data
+
+LAYOUTS = ("shapes", "imagefolder", "csv")
+#: The four flags of the guide's layout, in the order ``--help`` lists them.
+CSV_FLAGS = ("train_csv", "train_images", "val_csv", "val_images")
+SPLITS = ("train", "val")
+EXPECTED = ("the shapes layout (train/labels.csv and train/images/, val/ alike: what "
+            "common.ensure_data writes) or an ImageFolder root (train/<class>/<image> and "
+            "val/<class>/<image>); for an annotations CSV per split use --train-csv, "
+            "--train-images, --val-csv and --val-images instead of --data")
+
+
+class DataLayoutError(BadSampleError):
+    """Data the trainers cannot use as it is laid out; the message names the folder or file.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+
+
+@dataclass(frozen=True)
+class SplitFiles:
+    """Where one split lives: its image folder, its annotations CSV (``None``: ImageFolder), and
+    the flag that named it (for messages and for the run's data identity).
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+
+    images: Path
+    csv: Path | None
+    flag: str
+
+
+@dataclass(frozen=True)
+class ImageData:
+    """A dataset on disk in one of ``LAYOUTS``: its classes, its two splits, where caches go.
+
+    ``named_labels``: the CSV labels are class names (else integers ``0..K-1``).
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+
+    kind: str
+    classes: tuple[str, ...]
+    train: SplitFiles
+    val: SplitFiles
+    cache_root: Path
+    named_labels: bool = False
+
+    def split(self, name: str) -> SplitFiles:
+        if name not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
+        return self.train if name == "train" else self.val
+
+    def subset(self, length: int, count: int) -> Sequence[int]:
+        """Which ``count`` of a split's ``length`` samples ``--subset`` keeps (0: all): the first
+        ones of a CSV; an ImageFolder's spread evenly over its class-by-class order, so that
+        every class keeps its share."""
+        if not count or count >= length:
+            return range(length)
+        if self.train.csv is not None:
+            return range(count)
+        return [index * length // count for index in range(count)]
+
+    @property
+    def subset_name(self) -> str:
+        return "first" if self.train.csv is not None else "spread"
+
+    def dataset(self, split: str, transform: Callable | None = None):
+        """The split as a Dataset of ``(image, label)``: ``CustomImageDataset`` or ``ImageFolder``."""
+        files = self.split(split)
+        if files.csv is None:
+            return image_folder(files.images, transform, classes=self.classes)
+        if self.named_labels:
+            return CustomImageDataset(files.csv, files.images, transform, classes=self.classes)
+        return CustomImageDataset(files.csv, files.images, transform,
+                                  num_classes=len(self.classes))
+
+
+def layout_of(root: Path) -> str:
+    """``"shapes"`` or ``"imagefolder"``: what the folder ``root`` holds, from its contents.
+
+    Raises:
+        DataLayoutError: Saying what was expected and what ``root`` holds.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    if (root / "train" / "labels.csv").is_file():
+        missing = [part for part in ("train/images", "val/labels.csv", "val/images")
+                   if not (root / part).exists()]
+        if missing:
+            raise DataLayoutError(f"{root} holds train/labels.csv but no {', '.join(missing)}: "
+                                  f"expected {EXPECTED}")
+        return "shapes"
+    if _class_folders(root / "train"):
+        if not (root / "val").is_dir():
+            raise DataLayoutError(f"{root}: an ImageFolder root needs val/ beside train/ "
+                                  f"(val/<class>/<image>)")
+        return "imagefolder"
+    found = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in os.scandir(root))
+    shown = ", ".join(found[:8]) + (", ..." if len(found) > 8 else "") if found else "nothing"
+    raise DataLayoutError(f"{root} is in no layout the trainers read: expected {EXPECTED}; it "
+                          f"holds {shown}")
+
+
+def _class_folders(folder: Path) -> list[str]:
+    if not folder.is_dir():
+        return []
+    return sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
+
+
+def csv_flag_problems(config) -> dict[str, str]:
+    """``{field: problem}`` for the guide's layout flags: all four together, not with ``--data``.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    given = [name for name in CSV_FLAGS if getattr(config, name)]
+    if not given:
+        return {}
+    if getattr(config, "data", ""):
+        return {"data": "give --data DIR or the annotations CSV flags (--train-csv, ...), not both"}
+    missing = [name for name in CSV_FLAGS if name not in given]
+    return {name: f"is needed with --{given[0].replace('_', '-')} (an annotations CSV and its "
+                  "image folder, for training and for validation)" for name in missing}
+
+
+def resolve_data(config) -> ImageData:
+    """The data a trainer's ``config`` names: ``--data DIR``, the CSV flags, or the shapes.
+
+    Raises:
+        DataLayoutError: For a folder in no layout, one class, an empty split, bad labels.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    if getattr(config, "train_csv", ""):
+        return csv_data(*(Path(getattr(config, name)) for name in CSV_FLAGS))
+    if not config.data:
+        return as_image_data(ensure_data(verbose=False))
+    root = Path(config.data)
+    if layout_of(root) == "shapes":
+        return shapes_data(root)
+    return folder_data(root)
+
+
+def as_image_data(data: ShapesData | ImageData) -> ImageData:
+    """``data`` as an :class:`ImageData` (a ``ShapesData`` from ``common.ensure_data`` is one).
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    if isinstance(data, ImageData):
+        return data
+    root = Path(data.root)
+    return ImageData("shapes", tuple(data.classes), _in_folder(root, "train"),
+                     _in_folder(root, "val"), root.parent / "cache")
+
+
+def _in_folder(root: Path, split: str) -> SplitFiles:
+    return SplitFiles(root / split / "images", root / split / "labels.csv", f"--data {split}/")
+
+
+def shapes_data(root: Path) -> ImageData:
+    """A folder in the shapes layout; its classes from ``classes.txt``, else from the labels.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    names = root / "classes.txt"
+    if names.is_file():
+        classes = tuple(line.strip() for line in names.read_text().splitlines() if line.strip())
+        at_least_two_classes(classes, names)
+        return as_image_data(ShapesData(root, classes))
+    classes, named = csv_classes(root / "train" / "labels.csv")
+    return ImageData("shapes", classes, _in_folder(root, "train"), _in_folder(root, "val"),
+                     root.parent / "cache", named)
+
+
+def csv_data(train_csv: Path, train_images: Path, val_csv: Path, val_images: Path) -> ImageData:
+    """The guide's layout: an annotations CSV and an image folder for each split.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    classes, named = csv_classes(train_csv)
+    cache = train_csv.parent / "cache" / f"{train_csv.stem}-csv"
+    return ImageData("csv", classes, SplitFiles(train_images, train_csv, "--train-csv"),
+                     SplitFiles(val_images, val_csv, "--val-csv"), cache, named)
+
+
+def folder_data(root: Path) -> ImageData:
+    """An ImageFolder root: ``train/`` and ``val/`` of class folders; classes from ``train/``.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    classes = tuple(_class_folders(root / "train"))
+    at_least_two_classes(classes, root / "train")
+    return ImageData("imagefolder", classes, SplitFiles(root / "train", None, "--data train/"),
+                     SplitFiles(root / "val", None, "--data val/"),
+                     root.parent / "cache" / f"{root.name}-imagefolder")
+
+
+def at_least_two_classes(classes: tuple[str, ...], where: Path) -> None:
+    """Refuse a dataset of fewer than 2 classes, naming ``where`` (its folder or CSV).
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    if len(classes) < 2:
+        raise DataLayoutError(f"{where}: {len(classes)} class(es) {list(classes)}; a classifier "
+                              "needs at least 2")
+
+
+def csv_classes(csv: Path) -> tuple[tuple[str, ...], bool]:
+    """The classes of an annotations CSV's labels, and whether the labels are names.
+
+    Integer labels must be ``0..K-1`` (each used by some row); names are numbered in sorted order.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    labels = read_annotations(csv).iloc[:, 1].str.strip()
+    if labels.str.fullmatch(r"[+-]?\d+").all():
+        values = sorted({int(value) for value in labels})
+        if values != list(range(len(values))):
+            gaps = sorted(set(range(max(values[-1] + 1, 0))) - set(values))[:5]
+            raise DataLayoutError(f"{csv}: integer labels must be 0..K-1 for K classes; found "
+                                  f"{values[:10]}" + (f" (no row has {gaps})" if gaps else "")
+                                  + "; or write the labels as class names")
+        classes, named = tuple(str(value) for value in values), False
+    else:
+        classes, named = tuple(sorted(set(labels))), True
+    at_least_two_classes(classes, csv)
+    return classes, named
+
+
+def image_folder(root: Path, transform: Callable | None = None, *,
+                 classes: tuple[str, ...] | None = None):
+    """torchvision's ``ImageFolder`` over ``root``, read with ``load_rgb`` (errors name the file).
+
+    Args:
+        classes: The training split's classes: ``root``'s folders must be among them, and its
+            labels are numbered by them (a validation split may lack a class).
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    from torchvision.datasets import ImageFolder  # the ImageFolder layout only
+
+    if not _class_folders(root):
+        raise DataLayoutError(f"{root} holds no class folders (expected {root}/<class>/<image>)")
+    try:
+        dataset = ImageFolder(os.fspath(root), transform, loader=load_rgb)
+    except FileNotFoundError as error:  # a class folder without one image file
+        raise DataLayoutError(f"{root}: {error}") from error
+    if classes is not None and list(classes) != dataset.classes:
+        _renumber(dataset, root, classes)
+    return dataset
+
+
+def _renumber(dataset, root: Path, classes: tuple[str, ...]) -> None:
+    """Number ``dataset``'s labels by ``classes`` (the training split's), refusing others."""
+    unknown = [name for name in dataset.classes if name not in classes]
+    if unknown:
+        raise DataLayoutError(f"{root}: class folder(s) {unknown} are not classes of the training "
+                              f"split (classes: {list(classes)})")
+    index = {name: i for i, name in enumerate(classes)}
+    dataset.samples = [(path, index[dataset.classes[label]]) for path, label in dataset.samples]
+    dataset.imgs, dataset.targets = dataset.samples, [label for _, label in dataset.samples]
+    dataset.classes, dataset.class_to_idx = list(classes), index
+
+
+@dataclass(frozen=True)
+class FileList:
+    """What a split reads: image paths and labels, and the listing whose sha256 names them.
+
+    The listing is the annotations file's bytes (``csv``) followed by ``extra``: a CSV's class
+    names when its labels are names; for an ImageFolder, the layout and every path with its
+    label. A cache or a snapshot of other files, or of other classes, is so told apart.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+
+    name: str
+    where: str
+    paths: np.ndarray
+    labels: np.ndarray
+    csv: Path | None = None
+    extra: bytes = b""
+
+    @property
+    def listing(self) -> bytes:
+        return (self.csv.read_bytes() if self.csv is not None else b"") + self.extra
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.listing).hexdigest()
+
+
+def file_list(dataset) -> FileList:
+    """The :class:`FileList` of a ``CustomImageDataset`` or an ``ImageFolder``.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    if isinstance(dataset, CustomImageDataset):
+        csv = dataset.annotations_file
+        extra = (b"\0classes\0" + "\n".join(dataset.classes).encode()
+                 if dataset.classes is not None else b"")
+        # The dataset's own string array: 15,360 pathlib.Path objects cost more than the stats.
+        return FileList(f"annotations file {csv.name}", str(csv), dataset._paths,
+                        dataset.labels, csv, extra)
+    root = Path(dataset.root)
+    rows = [f"{os.path.relpath(path, root)}\t{label}" for path, label in dataset.samples]
+    return FileList(f"file list of {root.name}/", str(root),
+                    np.array([path for path, _ in dataset.samples], dtype=np.str_),
+                    np.array(dataset.targets, dtype=np.int64),
+                    extra="\n".join(["imagefolder", *rows, "classes", *dataset.classes]).encode())
+
+
+def class_identity(classes: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``{"classes": "cat, dog, fish"}``: the class list a snapshot or checkpoint records.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    return {"classes": ", ".join(classes)}
+
+
+def data_identity(data: ImageData) -> dict[str, str]:
+    """What a run's data is, ``{name: value}``, for ``common.ddp.snapshot.check_identity``.
+
+    The class list, and each split's annotations CSV (sha256 of its bytes) or ImageFolder
+    file list (sha256 of every path and label).
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    identity = class_identity(data.classes)
+    for split in SPLITS:
+        files = data.split(split)
+        if files.csv is None:
+            identity[f"{files.flag} (file list)"] = file_list(data.dataset(split)).sha256
+        elif data.kind == "shapes":
+            identity[f"--data {split}/labels.csv"] = _sha256(files.csv)
+        else:
+            identity[f"{files.flag} {files.csv.name}"] = _sha256(files.csv)
+    return identity
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -1,0 +1,44 @@
+"""``common.ddp.train`` on your own images under torchrun: 2 processes equal 1 (gloo, CPU).
+
+The in-process twin is ``tests/unit/test_your_data_training.py``; here the ImageFolder is
+trained by two ranks and compared with one plain process, weight by weight.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stdout
+
+import torch
+
+from common.ddp.launch import run_command, torchrun_command
+from common.ddp.train import main
+from tests.unit.your_images import write_imagefolder
+
+RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own DDP tests (test_ddp_train.py)
+
+
+def _argv(root, out) -> list[str]:
+    return ["--tiny", "--data", str(root), "--log-file", str(out / "log.jsonl"),
+            "--save-final", str(out / "final.pt")]
+
+
+def _done(out) -> dict:
+    lines = (out / "log.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["event"] == "done"][-1]
+
+
+def test_two_ranks_on_an_imagefolder_equal_one_process(tmp_path):
+    root = write_imagefolder(tmp_path / "pets", train=8, val=3)  # 24 and 9 images: 3 steps
+    one, two = tmp_path / "one", tmp_path / "two"
+    with redirect_stdout(io.StringIO()):
+        assert main(_argv(root, one)) == 0
+    run_command(torchrun_command("common.ddp.train", _argv(root, two), nproc_per_node=2),
+                timeout=120)
+    assert (_done(two)["world_size"], _done(two)["step"]) == (2, _done(one)["step"]) == (2, 6)
+    expected = torch.load(one / "final.pt", weights_only=True)
+    got = torch.load(two / "final.pt", weights_only=True)
+    assert got.keys() == expected.keys() and expected["classifier.weight"].shape[0] == 3
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], rtol=RTOL, atol=ATOL, msg=key)
