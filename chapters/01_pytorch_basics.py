@@ -63,19 +63,20 @@ from common import (
     seed_everything,
     show_images,
 )
-from common.doctor import diagnose, report
+from common.doctor import summary
 
 generator = seed_everything(0)
 device = get_device()
 print("torch", torch.__version__, "| device:", describe_device(device))
 
 # %% [markdown]
-# If anything below fails, ask the environment doctor first (`make doctor` in a terminal does the same): it
-# checks the interpreter is this repository's `.venv`, the package versions, the devices, `/dev/shm` and the
-# data, and prints a fix for every problem it finds.
+# The environment doctor's short form: the versions, the device, and whether the data is ready (a line more
+# if another check found a problem). If anything below fails, run `python -m common.doctor` (or `make doctor`)
+# in a terminal: its full report checks the interpreter, every package, `/dev/shm` and more, with a fix for
+# each problem.
 
 # %%
-print(report(diagnose()))
+print(summary())
 
 # %% [markdown]
 # ## §1 PyTorch简介与深度学习基础

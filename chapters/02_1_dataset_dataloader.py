@@ -131,7 +131,7 @@ step_ms.to_frame("median ms")
 # training, and keep memory in check. In the table above, the two steps that touch the full-size image
 # (open + decode, resize) take the share of the time printed under it; everything after works on 64x64 pixels. The model waits for
 # those steps unless the loader prepares batches in parallel (`num_workers`, below, and Chapter 3). Problems caught early are the
-# subject of the hardened dataset below, and memory the subject of copy-on-read. For scale: one epoch of
+# subject of the hardened dataset (its appendix), and memory the subject of copy-on-read. For scale: one epoch of
 # this small dataset decodes this many pixels.
 
 # %%
@@ -242,8 +242,8 @@ assert "Undefined name `transforms`" in lint.stdout
 # | 1 | `transforms.Compose(...)` | `transforms` is never imported: `NameError` | `from torchvision import transforms` |
 # | 2 | `for images, labels in dataloader:` followed only by a comment | a loop needs a body: `SyntaxError` | write the training step (Chapter 1's `train_one_epoch`), or `pass` |
 # | 3 | `Resize(256)` + `CenterCrop(224)` as *the* transform, `shuffle=True` | that is an evaluation pipeline; used for training it has no augmentation | random crops/flips for training (Chapter 2.2) |
-# | 4 | `num_workers=4` with the class defined in the script or notebook | works with `fork` (Linux) but the `spawn` start method (macOS, Windows) pickles classes by name: workers cannot find `__main__.CustomImageDataset` | define datasets, transforms and collate functions in an importable module (`common`) |
-# | 5 | no validation | a wrong path, label or corrupt file surfaces mid-epoch, inside a worker, far from its cause | validate at construction, name the CSV line (below) |
+# | 4 | `num_workers=4` with the class defined in the script or notebook | works with `fork` (Linux's default up to Python 3.13), but the `spawn` (macOS, Windows) and `forkserver` (Linux's default from Python 3.14) start methods pickle classes by name: workers cannot find `__main__.CustomImageDataset` | define datasets, transforms and collate functions in an importable module (`common`) |
+# | 5 | no validation | a wrong path, label or corrupt file surfaces mid-epoch, inside a worker, far from its cause | validate at construction, name the CSV line (the appendix) |
 #
 # With fixes 1 and 2 applied, the guide's class works as written. We keep its name distinct from the
 # hardened one in `common`.
@@ -300,8 +300,9 @@ assert not torch.equal(views["random, epoch 1"], views["random, epoch 2"])
 fig = show_images(list(views.values()), list(views), ncols=4, size=2)
 
 # %% [markdown]
-# Erratum 4 made visible: `pickle` stores a class by module and name. A `spawn`ed worker starts a fresh
-# interpreter whose `__main__` is not this notebook, so it cannot find the class. `common`'s class is found
+# Erratum 4 made visible: `pickle` stores a class by module and name. A `spawn`ed worker (and one forked
+# from a `forkserver`) starts from a fresh interpreter whose `__main__` is not this notebook, so it cannot
+# find the class. `common`'s class is found
 # by importing `common.data`, which works in any process.
 
 # %%
@@ -324,83 +325,15 @@ assert children["GuideCustomImageDataset"].returncode != 0 and children["CustomI
 # %% [markdown]
 # ## §2.2.1 Dataset与DataLoader类 — the hardened `common.CustomImageDataset`
 # Same signature and meaning as the guide's; in addition it checks every row at construction, and each
-# error names the file and the CSV line. First a scratch folder: two good images, a file that is not a JPEG,
-# and a symbolic link to a file outside the folder.
-
-# %%
-scratch = workdir / "images"
-scratch.mkdir()
-for i in range(2):
-    load_rgb(data.images_dir("train") / frame.file_name[i]).save(scratch / f"ok{i}.jpg")
-(scratch / "broken.jpg").write_bytes(b"not a jpeg at all")
-(workdir / "secret.jpg").write_bytes((scratch / "ok0.jpg").read_bytes())
-(scratch / "link.jpg").symlink_to(workdir / "secret.jpg")
-sorted(p.name for p in scratch.iterdir())
-
-# %% [markdown]
-# One annotations CSV per kind of bad input (`<tmp>` stands for the scratch folder):
-
-# %%
-cases = {
-    "missing column": "file_name\nok0.jpg\n",
-    "extra column": "file_name,label,extra\nok0.jpg,1,x\n",
-    "empty CSV": "",
-    "no header": "ok0.jpg,1\nok1.jpg,2\n",
-    "missing file": "file_name,label\nok0.jpg,1\nnope.jpg,2\n",
-    "'..' path": "file_name,label\n../secret.jpg,1\n",
-    "absolute path": f"file_name,label\n{workdir / 'secret.jpg'},1\n",
-    "symlink out": "file_name,label\nlink.jpg,1\n",
-    "label not an integer": "file_name,label\nok0.jpg,circle\n",
-    "unknown label": "file_name,label\nok0.jpg,1\nok1.jpg,9\n",
-}
-pd.Series(cases, name="labels.csv").str.replace(str(workdir), "<tmp>").str.replace("\n", " ⏎ ").to_frame()
-
-# %% [markdown]
-# Build a dataset from each CSV (`num_classes=6` makes label 9 "unknown") and collect the errors.
-
-# %%
-messages = {}
-for case, text in cases.items():
-    (workdir / "labels.csv").write_text(text)
-    try:
-        CustomImageDataset(workdir / "labels.csv", scratch, num_classes=len(CLASSES))
-    except BadSampleError as error:
-        messages[case] = str(error).replace(str(workdir), "<tmp>")
-assert len(messages) == len(cases)
-pd.set_option("display.max_colwidth", 120)
-pd.DataFrame({"error": messages})
-
-# %% [markdown]
-# A corrupt image cannot be caught by reading the CSV; it fails when decoded, naming file and line.
-# (`check_images=True` decodes everything at construction instead, at the cost of a full pass.)
-
-# %%
-(workdir / "labels.csv").write_text("file_name,label\nok0.jpg,1\nbroken.jpg,2\n")
-lazy = CustomImageDataset(workdir / "labels.csv", scratch)
-try:
-    lazy[1]
-except BadSampleError as error:
-    print(str(error).replace(str(workdir), "<tmp>"))
-
-# %% [markdown]
-# The opt-in skip policy: `on_bad="skip"` leaves bad rows out, but warns with their CSV lines and keeps the
-# full list with reasons in `.skipped`. Never a silent skip.
-
-# %%
-(workdir / "labels.csv").write_text(
-    "file_name,label\nok0.jpg,1\nnope.jpg,2\nok1.jpg,x\nok1.jpg,3\nbroken.jpg,4\n")
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    skipping = CustomImageDataset(workdir / "labels.csv", scratch, on_bad="skip", check_images=True)
-print(str(caught[0].message).split(";")[0].replace(str(workdir), "<tmp>"))
-assert len(skipping) == 2 and skipping.skipped.line.tolist() == [3, 4, 6]
-skipping.skipped.assign(reason=skipping.skipped.reason.str.replace(str(workdir), "<tmp>"))
+# error names the file and the CSV line. The CSV's failure modes — missing or extra columns, paths that leave
+# the image folder, links, labels that are not classes, corrupt images, and the opt-in skip policy — are in
+# the appendix at the end of this chapter.
 
 # %% [markdown]
 # ## §2.2.1 Dataset与DataLoader类 — index storage and copy-on-read
 # The guide keeps the whole CSV as a pandas `DataFrame` with `object` columns: one Python string object per
-# file name. Each DataLoader worker is a forked copy of this process whose memory pages are shared until
-# written. Reading a Python object *writes* its reference count, so merely iterating the index makes every
+# file name. A DataLoader worker started by `fork` (Linux's default up to Python 3.13) is a copy of this
+# process whose memory pages are shared until written. Reading a Python object *writes* its reference count, so merely iterating the index makes every
 # worker copy every page that holds a string: each worker's memory grows towards the size of the whole index
 # (PyTorch issue #13246). `common.CustomImageDataset` keeps the paths and labels in two NumPy arrays:
 # a handful of objects in total, no per-item reference counts to touch. Count objects, not bytes: the
@@ -571,6 +504,80 @@ assert torch.equal(a, b) and not torch.equal(a, c)
 
 # %%
 fig = show_images(list(a), [CLASSES[t] for t in la], ncols=8, suptitle="first shuffled batch (seed 1)")
+
+# %% [markdown]
+# ## Appendix: what `common.CustomImageDataset` refuses
+# Each kind of bad input, built on purpose, and the error it gets. First a scratch folder: two good images, a
+# file that is not a JPEG, and a symbolic link to a file outside the folder.
+
+# %%
+scratch = workdir / "images"
+scratch.mkdir()
+for i in range(2):
+    load_rgb(data.images_dir("train") / frame.file_name[i]).save(scratch / f"ok{i}.jpg")
+(scratch / "broken.jpg").write_bytes(b"not a jpeg at all")
+(workdir / "secret.jpg").write_bytes((scratch / "ok0.jpg").read_bytes())
+(scratch / "link.jpg").symlink_to(workdir / "secret.jpg")
+sorted(p.name for p in scratch.iterdir())
+
+# %% [markdown]
+# One annotations CSV per kind of bad input (`<tmp>` stands for the scratch folder):
+
+# %%
+cases = {
+    "missing column": "file_name\nok0.jpg\n",
+    "extra column": "file_name,label,extra\nok0.jpg,1,x\n",
+    "empty CSV": "",
+    "no header": "ok0.jpg,1\nok1.jpg,2\n",
+    "missing file": "file_name,label\nok0.jpg,1\nnope.jpg,2\n",
+    "'..' path": "file_name,label\n../secret.jpg,1\n",
+    "absolute path": f"file_name,label\n{workdir / 'secret.jpg'},1\n",
+    "symlink out": "file_name,label\nlink.jpg,1\n",
+    "label not an integer": "file_name,label\nok0.jpg,circle\n",
+    "unknown label": "file_name,label\nok0.jpg,1\nok1.jpg,9\n",
+}
+pd.Series(cases, name="labels.csv").str.replace(str(workdir), "<tmp>").str.replace("\n", " ⏎ ").to_frame()
+
+# %% [markdown]
+# Build a dataset from each CSV (`num_classes=6` makes label 9 "unknown") and collect the errors.
+
+# %%
+messages = {}
+for case, text in cases.items():
+    (workdir / "labels.csv").write_text(text)
+    try:
+        CustomImageDataset(workdir / "labels.csv", scratch, num_classes=len(CLASSES))
+    except BadSampleError as error:
+        messages[case] = str(error).replace(str(workdir), "<tmp>")
+assert len(messages) == len(cases)
+pd.set_option("display.max_colwidth", 120)
+pd.DataFrame({"error": messages})
+
+# %% [markdown]
+# A corrupt image cannot be caught by reading the CSV; it fails when decoded, naming file and line.
+# (`check_images=True` decodes everything at construction instead, at the cost of a full pass.)
+
+# %%
+(workdir / "labels.csv").write_text("file_name,label\nok0.jpg,1\nbroken.jpg,2\n")
+lazy = CustomImageDataset(workdir / "labels.csv", scratch)
+try:
+    lazy[1]
+except BadSampleError as error:
+    print(str(error).replace(str(workdir), "<tmp>"))
+
+# %% [markdown]
+# The opt-in skip policy: `on_bad="skip"` leaves bad rows out, but warns with their CSV lines and keeps the
+# full list with reasons in `.skipped`. Never a silent skip.
+
+# %%
+(workdir / "labels.csv").write_text(
+    "file_name,label\nok0.jpg,1\nnope.jpg,2\nok1.jpg,x\nok1.jpg,3\nbroken.jpg,4\n")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    skipping = CustomImageDataset(workdir / "labels.csv", scratch, on_bad="skip", check_images=True)
+print(str(caught[0].message).split(";")[0].replace(str(workdir), "<tmp>"))
+assert len(skipping) == 2 and skipping.skipped.line.tolist() == [3, 4, 6]
+skipping.skipped.assign(reason=skipping.skipped.reason.str.replace(str(workdir), "<tmp>"))
 
 # %% [markdown]
 # ## Summary

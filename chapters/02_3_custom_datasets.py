@@ -35,6 +35,7 @@ else:
 # Imports (standard library, third party, then `common`), the seed and the device.
 
 # %%
+import csv
 import hashlib
 import os
 import pickle
@@ -48,7 +49,15 @@ import numpy as np
 import pandas as pd
 import PIL.Image
 import torch
-from torch.utils.data import DataLoader, Subset
+import torch.nn.functional as F
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    IterableDataset,
+    Subset,
+    WeightedRandomSampler,
+    get_worker_info,
+)
 from torchvision import transforms
 from torchvision.datasets import ImageFolder
 
@@ -75,6 +84,8 @@ from common import (
     show_images,
     sized,
 )
+from common.iterable import shard_of
+from common.source import show_source
 
 generator = seed_everything(0)
 device = get_device()
@@ -168,14 +179,51 @@ except AttributeError as error:
 # | 3 | `file_list = [..., ...]` | the literal `...` is Python's `Ellipsis` object, not a placeholder a program can use | list the files (`Path(root).glob("*/*.jpg")`) |
 # | 4 | no checks | a missing file or an unknown class surfaces inside a worker mid-epoch | validate at construction, name the entry (below) |
 #
-# `common.CustomDataset` keeps the guide's signature (`file_list`, `transform`) and adds `classes` and
-# `class_to_idx`. Given the files of an `ImageFolder` tree, it yields exactly `ImageFolder`'s samples.
+# Fix 2 first, in the notebook: the guide's class plus the method it asks for. The classes are the sorted
+# names of the parent folders, and a label is a class's position in that list.
+
+# %%
+class FolderLabelledDataset(GuideCustomDataset):
+    def __init__(self, file_list, transform=None):
+        super().__init__(file_list, transform)
+        self.classes = sorted({Path(f).parent.name for f in file_list})
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+
+    def get_label(self, img_path):
+        return self.class_to_idx[Path(img_path).parent.name]
+
+
+first = FolderLabelledDataset(files)
+image, label = first[0]
+print(first.classes, "| sample 0:", image.size, label, first.classes[label])
+
+# %% [markdown]
+# Is that the numbering torchvision uses? `ImageFolder` over the same tree is the oracle: the same classes,
+# and the same label for every file.
+
+# %%
+reference = ImageFolder(data.imagefolder_dir("train"))
+assert first.class_to_idx == reference.class_to_idx
+assert [(f, first.get_label(f)) for f in files] == reference.samples
+print(f"{len(files)} files, every label as ImageFolder gives it")
+
+# %% [markdown]
+# `common.CustomDataset` is that class grown up. It keeps the guide's signature (`file_list`, `transform`),
+# takes an optional `classes=` order and a `root=` every file must lie in, checks every file at
+# construction, and stores paths and labels in NumPy arrays (copy-on-read, Chapter 2.1). Its constructor:
+
+# %%
+show_source(CustomDataset.__init__)
+
+# %% [markdown]
+# Given the files of an `ImageFolder` tree, it yields exactly `ImageFolder`'s samples, and the same
+# sample as our first version.
 
 # %%
 custom = CustomDataset(files)
-reference = ImageFolder(data.imagefolder_dir("train"))
 print(custom.classes, len(custom))
 assert custom.samples == reference.samples and custom.class_to_idx == reference.class_to_idx
+assert custom[0][1] == first[0][1] and custom[0][0].tobytes() == first[0][0].tobytes()
 pd.DataFrame(custom.samples[:3], columns=["path", "label"]).assign(
     path=lambda f: f.path.str.replace(str(data.root), "<data>"))
 
@@ -193,9 +241,39 @@ for bad in (dict(file_list=files[:3], classes=["star"]), dict(file_list=[*files[
 # ## Custom transforms
 # *From here on this notebook goes beyond the guide, which breaks off in §2.3.1.*
 # A transform is any callable. Written as a small class with keyword-only arguments it has a readable
-# `repr`, checks its arguments, and can be pickled into worker processes. `common.AddGaussianNoise` is one.
+# `repr` and can be pickled into worker processes. A first version that adds Gaussian noise: `__call__`
+# does the work, `__repr__` is what `print(Compose(...))` shows.
 
 # %%
+class Noise:
+    def __init__(self, *, std=0.05):
+        self.std = std
+
+    def __call__(self, image):
+        return image + torch.randn_like(image) * self.std
+
+    def __repr__(self):
+        return f"Noise(std={self.std})"
+
+
+tensor = transforms.ToTensor()(custom[0][0])
+print(Noise(std=0.15), "| noise std measured:", round((Noise(std=0.15)(tensor) - tensor).std().item(), 3))
+
+# %% [markdown]
+# `common.AddGaussianNoise` adds a probability `p`, refuses a negative `std` and a PIL image (noise needs a
+# float tensor, after `ToTensor`), and lives in a module so that workers can import it:
+
+# %%
+show_source(AddGaussianNoise)
+
+# %% [markdown]
+# With the same seed, both draw the same noise:
+
+# %%
+torch.manual_seed(0)
+drawn = Noise(std=0.15)(tensor)
+torch.manual_seed(0)
+assert torch.equal(drawn, AddGaussianNoise(std=0.15)(tensor))
 noisy = transforms.Compose([transforms.Resize((96, 96)), transforms.ToTensor(),
                             AddGaussianNoise(std=0.15)])
 print(noisy)
@@ -204,7 +282,10 @@ fig = show_images([noisy(custom[0][0]).clamp(0, 1) for _ in range(4)], ncols=4,
 
 # %% [markdown]
 # Why not `transforms.Lambda(lambda x: x + 0.1 * torch.randn_like(x))`? A lambda cannot be pickled, so
-# with the `spawn` start method (macOS, Windows) the DataLoader cannot send it to its workers.
+# with the `spawn` start method (the default on macOS and Windows) or `forkserver` (the default on Linux from
+# Python 3.14) the DataLoader cannot send it to its workers. Only `fork`, Linux's default up to Python 3.13,
+# copies the process instead. The notebook's `Noise` pickles, but by the name `__main__.Noise`, which such a
+# worker cannot import either.
 
 # %%
 try:
@@ -212,6 +293,7 @@ try:
 except (pickle.PicklingError, AttributeError) as error:
     print(type(error).__name__ + ":", error)
 print("AddGaussianNoise pickles to", len(pickle.dumps(AddGaussianNoise(std=0.1))), "bytes")
+print("Noise is pickled by name:", pickle.dumps(Noise)[:40])
 
 # %% [markdown]
 # ## `collate_fn` for variable-size images
@@ -227,8 +309,35 @@ except RuntimeError as error:
     print("RuntimeError:", str(error)[:100])
 
 # %% [markdown]
-# `common.PadCollate` pads every image of a batch to the largest height and width (bottom and right) and
-# returns the original sizes too, so later code can ignore the padding. It lives in `common` for the workers.
+# A `collate_fn` receives the list of `(image, label)` samples of one batch and returns the batch. A first
+# version: pad every image to the batch's largest height and width (bottom and right; `F.pad` takes the
+# amounts as left, right, top, bottom), and return the original sizes too, so later code can ignore the
+# padding.
+
+# %%
+def pad_collate(batch):
+    images, labels = zip(*batch, strict=True)
+    height = max(image.shape[1] for image in images)
+    width = max(image.shape[2] for image in images)
+    padded = torch.stack([F.pad(image, (0, width - image.shape[2], 0, height - image.shape[1]))
+                          for image in images])
+    sizes = torch.tensor([tuple(image.shape[1:]) for image in images])
+    return padded, torch.tensor(labels), sizes
+
+
+images, labels, sizes = next(iter(DataLoader(variable, batch_size=4, collate_fn=pad_collate)))
+print("batch", tuple(images.shape), "| original (h, w):", sizes.tolist())
+
+# %% [markdown]
+# `common.PadCollate` is the same as a class: a `fill` value, a readable `repr`, an error for an empty batch
+# or mixed channel counts, and importable by workers. Its `__call__`, and a check that it builds the same batch:
+
+# %%
+batch = [variable[i] for i in range(4)]
+assert all(torch.equal(a, b) for a, b in zip(pad_collate(batch), PadCollate()(batch), strict=True))
+show_source(PadCollate.__call__)
+
+# %% [markdown]
 # The whole path from the annotations CSV to a batch, with what `PadCollate` and `balanced_sampler` (below)
 # return for four rows:
 #
@@ -256,11 +365,30 @@ before = np.bincount(subset_labels, minlength=len(CLASSES))
 print(dict(zip(CLASSES, before.tolist(), strict=True)))
 
 # %% [markdown]
-# `common.balanced_sampler` gives each sample the weight `1 / count(its class)` and draws with replacement
-# (`WeightedRandomSampler`). One epoch of its indices, counted by class (no image needs loading for that):
+# The fix, written out: give each sample the weight `1 / count(its class)`, so that every class has the same
+# total weight, and let `WeightedRandomSampler` draw indices with replacement by those weights.
+
+# %%
+counts = np.bincount(subset_labels)
+weights = 1.0 / counts[subset_labels]
+print("weight of one sample per class:", dict(zip(CLASSES, (1 / counts).round(4).tolist(), strict=True)))
+print("total weight per class:", np.bincount(subset_labels, weights=weights).round(6).tolist())
+inline_sampler = WeightedRandomSampler(torch.as_tensor(weights, dtype=torch.double), num_samples=len(weights),
+                                       replacement=True, generator=torch.Generator().manual_seed(0))
+
+# %% [markdown]
+# `common.balanced_sampler` is those lines with an error for an empty label list and a `num_samples=`
+# option; with the same seed it draws the same indices:
 
 # %%
 sampler = balanced_sampler(subset_labels, generator=torch.Generator().manual_seed(0))
+assert list(sampler) == list(inline_sampler)
+show_source(balanced_sampler)
+
+# %% [markdown]
+# One epoch of its indices, counted by class (no image needs loading for that):
+
+# %%
 after = np.bincount(subset_labels[list(sampler)], minlength=len(CLASSES))
 print(dict(zip(CLASSES, after.tolist(), strict=True)))
 assert after.min() > 0.5 * len(subset_labels) / len(CLASSES)
@@ -281,10 +409,54 @@ print(f"each of the {keep[-1]} {CLASSES[-1]} images was drawn ~{after[-1] / keep
 # A map-style dataset (`__getitem__` + `__len__`) lets the sampler decide the order, so workers never
 # overlap. An `IterableDataset` is a stream (lines of a file, records of a shard, a network feed): each
 # worker runs its own `__iter__`, and unless it keeps only its share, every worker yields everything.
-# `common.CsvImageStream` reads the annotations CSV lazily; `split_workers=False` reproduces the bug.
+#
+# A first stream over the annotations CSV, written out. `__iter__` asks `get_worker_info()` who is reading:
+# `None` in the main process, else the worker's `id` and the loader's `num_workers`. Worker `w` of `n`
+# keeps the rows `i` with `i % n == w`, so the workers' shares never overlap.
+
+# %%
+class CsvStream(IterableDataset):
+    def __init__(self, annotations_file, img_dir, transform=None):
+        self.annotations_file, self.img_dir, self.transform = Path(annotations_file), Path(img_dir), transform
+
+    def rows(self, worker=0, num_workers=1):
+        with open(self.annotations_file, newline="") as handle:
+            reader = csv.reader(handle)
+            next(reader)  # the header
+            for i, (file_name, label) in enumerate(reader):
+                if i % num_workers == worker:
+                    yield file_name, int(label)
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        for file_name, label in self.rows(worker, num_workers):
+            image = PIL.Image.open(self.img_dir / file_name).convert("RGB")
+            yield (self.transform(image) if self.transform else image), label
+
+# %% [markdown]
+# Two workers' shares, asked for directly (`rows(w, 2)`; a worker would find `w` in `get_worker_info()`):
+# together they hold every row exactly once. In the main process (`get_worker_info()` is `None`) one
+# reader takes all 240.
 
 # %%
 tiny = transforms.Compose([transforms.Resize((16, 16)), transforms.PILToTensor()])
+stream = CsvStream(data.labels_csv("val"), data.images_dir("val"), tiny)
+shares = [[name for name, _ in stream.rows(w, 2)] for w in range(2)]
+print("worker 0 reads", shares[0][:3], "... worker 1 reads", shares[1][:3], "...")
+assert sorted(shares[0] + shares[1]) == sorted(pd.read_csv(data.labels_csv("val")).file_name)
+ours = list(stream)
+print(len(ours), "samples from one reader; sample 0:", tuple(ours[0][0].shape), ours[0][1])
+
+# %% [markdown]
+# Real workers need a class they can import, so the runs with two workers below use
+# `common.CsvImageStream`. Read in the main process it yields exactly our stream's samples; with
+# `split_workers=False` it reproduces the bug.
+
+# %%
+theirs = list(CsvImageStream(data.labels_csv("val"), data.images_dir("val"), tiny))
+assert len(theirs) == len(ours)
+assert all(torch.equal(a, b) and la == lb for (a, la), (b, lb) in zip(ours, theirs, strict=True))
 
 
 def count_samples(stream: CsvImageStream, num_workers: int) -> Counter:
@@ -300,10 +472,18 @@ print(f"split: {sum(split.values())} samples, {len(split)} distinct, each seen {
 assert set(split.values()) == {1} and len(split) == len(naive) == 240
 
 # %% [markdown]
-# The fix lives in `common.iterable.shard_of`, a few lines: read `torch.utils.data.get_worker_info()`, and let
-# worker `w` of `n` keep rows `i` with `i % n == w` (with `rank` and `world_size` folded in for distributed
-# training, Chapter 4). A stream has no `__len__` and no random access, so shuffling happens in a buffer
-# (`shuffle_buffer=`), and a `DataLoader` over it takes no `sampler` and no `shuffle`.
+# In `common` the split is `common.iterable.shard_of`: our `__iter__`'s two lines, with `rank` and
+# `world_size` folded in for distributed training (Chapter 4), so that every (process, worker) pair reads
+# its own share:
+
+# %%
+show_source(shard_of)
+
+# %% [markdown]
+# `CsvImageStream` adds what a long run needs around it: each row checked as it streams past (two fields,
+# a label that is a class, the file inside `img_dir`) with the CSV line in the error, a warning for a file
+# listed twice, and shuffling. A stream has no `__len__` and no random access, so shuffling happens in a
+# buffer (`shuffle_buffer=`), and a `DataLoader` over it takes no `sampler` and no `shuffle`.
 #
 # | | map-style `Dataset` | `IterableDataset` |
 # |---|---|---|
@@ -318,6 +498,40 @@ assert set(split.values()) == {1} and len(split) == len(naive) == 240
 # resize to 32x32) runs once in `common.PreloadedDataset`, which stores the pixels in one uint8 NumPy
 # array; the cheap random part (flips) runs every epoch. Normalization uses the training split's own
 # statistics, computed in one streaming pass.
+#
+# The idea in a first version: decode and resize every image once, keep the pixels in one array, and make a
+# PIL image of a row again on each access, for the transforms.
+
+# %%
+class Preloaded(Dataset):
+    def __init__(self, source, size):
+        pairs = [source[i] for i in range(len(source))]
+        self.pixels = np.stack([np.asarray(image.resize(size)) for image, _ in pairs])
+        self.labels = np.array([label for _, label in pairs])
+        self.transform = None
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, index):
+        image = PIL.Image.fromarray(self.pixels[index])
+        return (self.transform(image) if self.transform else image), int(self.labels[index])
+
+
+inline_val = Preloaded(CustomImageDataset(data.labels_csv("val"), data.images_dir("val")), (32, 32))
+print(f"{len(inline_val)} images in one array: {inline_val.pixels.shape} {inline_val.pixels.dtype}, "
+      f"{inline_val.pixels.nbytes / 1e3:.0f} kB")
+
+# %% [markdown]
+# `common.PreloadedDataset` fills a preallocated array instead of holding every decoded image at once,
+# converts to RGB, refuses a source that already transforms, and returns read-only labels:
+
+# %%
+show_source(PreloadedDataset.__init__)
+
+# %% [markdown]
+# The training and validation sets, preloaded by `common`; the validation pixels are those of our first
+# version, image for image.
 
 # %%
 def preload(split: str) -> PreloadedDataset:
@@ -326,6 +540,7 @@ def preload(split: str) -> PreloadedDataset:
 
 
 train_set, val_set = preload("train"), preload("val")
+assert all(np.array_equal(np.asarray(val_set[i][0]), inline_val.pixels[i]) for i in range(len(val_set)))
 train_set.transform = transforms.ToTensor()
 stats = channel_stats(DataLoader(train_set, batch_size=256))
 print(f"{len(train_set)} train / {len(val_set)} val; mean {np.round(stats.mean, 3)}, std {np.round(stats.std, 3)}")
@@ -376,8 +591,8 @@ fig = plot_history(history, title="SmallCNN on 32x32 shapes, preloaded + flips")
 
 # %% [markdown]
 # ## Summary
-# - The guide's `CustomDataset` needs imports and a `get_label`; `common.CustomDataset` labels by parent folder exactly as `ImageFolder` does, and refuses bad entries at construction.
-# - Transforms, collate functions and samplers are small classes or functions in an importable module, never lambdas or notebook classes, so that `spawn` workers can load them.
+# - The guide's `CustomDataset` needs imports and a `get_label`; our first version labels by parent folder exactly as `ImageFolder` does, and `common.CustomDataset` adds the checks that refuse bad entries at construction.
+# - Transforms, collate functions and samplers are small classes or functions in an importable module, never lambdas or notebook classes, so that `spawn` and `forkserver` workers can load them.
 # - `PadCollate` batches images of different sizes; `balanced_sampler` turns a 160:5 imbalance into roughly equal classes per epoch.
 # - An `IterableDataset` must split its stream by `get_worker_info()`, or every worker yields every sample.
 # - Decode once, augment every epoch: the pipeline feeds Chapter 1's `SmallCNN` and `fit` to over 90% validation accuracy on a CPU.

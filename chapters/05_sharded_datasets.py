@@ -37,6 +37,7 @@ else:
 # %%
 import importlib.util
 import io
+import itertools
 import json
 import os
 import shutil
@@ -50,7 +51,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import PIL.Image
 import torch
+from torch.utils.data import IterableDataset, get_worker_info
 from tqdm.auto import tqdm
 
 from common import (
@@ -71,6 +74,7 @@ from common.shards import (
     read_manifest,
     worker_quotas,
 )
+from common.source import show_source
 from common.synthetic import default_data_root
 
 wds = importlib.import_module("webdataset") if importlib.util.find_spec("webdataset") else None
@@ -119,12 +123,11 @@ def write_shard(path: Path, samples: list[tuple[str, bytes, int]]) -> None:
 
 
 def read_shard(path: Path):
-    """Yield (key, image bytes, label), reading the tar front to back, pairs of members at a time."""
-    with tarfile.open(path) as tar:
-        members = tar.getmembers()
-        for jpg, cls in zip(members[::2], members[1::2], strict=True):
-            assert jpg.name.removesuffix(".jpg") == cls.name.removesuffix(".cls"), "members come in pairs"
-            yield jpg.name.removesuffix(".jpg"), tar.extractfile(jpg).read(), int(tar.extractfile(cls).read())
+    """Yield (key, image bytes, label): one pass over the members, those of one key grouped together."""
+    with tarfile.open(path, mode="r|") as tar:  # "r|": a forward-only stream, one sequential read
+        for key, members in itertools.groupby(tar, key=lambda member: member.name.split(".")[0]):
+            fields = {m.name.split(".", 1)[1]: tar.extractfile(m).read() for m in members}
+            yield key, fields["jpg"], int(fields["cls"])
 
 
 labels = pd.read_csv(data.labels_csv("train"))
@@ -139,7 +142,8 @@ with tarfile.open(scratch / "by-hand.tar") as tar:
 # %% [markdown]
 # That is the whole format. `common.shards.format` is the complete version: a manifest with every shard's
 # sample count and sha256, deterministic writing (also uid/gid and mode fixed), and a reader that refuses
-# unsafe or broken members (the end of this chapter).
+# unsafe or broken members. What it refuses (members named with `..`, links, cut-off tars, a flipped
+# byte) is in the appendix at the end of this chapter.
 #
 # ## Writing shards with `make_shards.py`
 # `data_scripts/make_shards.py` (in a checkout; `python -m common.shards.make` or `companion-make-shards`
@@ -199,17 +203,33 @@ reads = pd.DataFrame([("960 files, random order", len(random_files), *read_all(r
 reads.assign(MB=reads.bytes / 1e6).drop(columns="bytes").round(3)
 
 # %% [markdown]
-# ## Reading shards: `ShardedImageDataset`, the same samples, the same transforms
-# `ShardedImageDataset` is an `IterableDataset`: no `__getitem__`, only `__iter__`. It takes the same
-# transform presets as the map-style datasets and yields the same `(image, label)` pairs. Without
-# shuffling it yields the samples in CSV order, so we can compare tensor for tensor:
+# ## Reading shards: by hand, then `ShardedImageDataset`
+# A sample is `read_shard`'s loop plus a decode: the JPEG bytes become a PIL image, the transform (the
+# Chapter 2 presets) makes it a tensor. The first training shard, by hand, against the map-style dataset:
 
 # %%
+def decode(image_bytes: bytes, label: int, transform=None):
+    image = PIL.Image.open(io.BytesIO(image_bytes)).convert("RGB")
+    return (transform(image) if transform else image), label
+
+
 preset = V2EvalPreset(resize_size=64, crop_size=64)
 mapped = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"), transform=preset)
+first_shard = [decode(image_bytes, label, preset) for _, image_bytes, label in read_shard(shard_paths[0])]
+for i, (image, label) in enumerate(first_shard):
+    assert torch.equal(image, mapped[i][0]) and label == mapped[i][1], f"sample {i}"
+print(f"{len(first_shard)} samples from {shard_paths[0].name}, each equal to the map-style dataset's;",
+      "sample 0:", tuple(first_shard[0][0].shape), first_shard[0][1])
+
+# %% [markdown]
+# `ShardedImageDataset` is the same reader as an `IterableDataset`: no `__getitem__`, only `__iter__`. It
+# takes the same transform presets and yields the same `(image, label)` pairs; without shuffling, in CSV
+# order, so we can compare tensor for tensor:
+
+# %%
 streamed = ShardedImageDataset(manifests["train"], preset, shuffle=False, equalize="none")
 image, label = next(iter(streamed))
-assert torch.equal(image, mapped[0][0]) and label == mapped[0][1]
+assert torch.equal(image, first_shard[0][0]) and label == first_shard[0][1]
 print(image.shape, label)
 
 # %% [markdown]
@@ -244,7 +264,45 @@ plt.show()
 # *Each shard goes to exactly one (rank, worker): the shards are dealt out by rank first, then by worker, so no sample is read twice.*
 
 # %% [markdown]
-# Every column has one dark cell: each shard is read by exactly one consumer. Dealt in this fixed order,
+# The reader and the deal together make a first streaming dataset. `__iter__` asks `get_worker_info()` who
+# is reading (`None` in the main process, else the worker's `id` and the loader's `num_workers`) and reads
+# only its shards; `rank` and `world_size` are given, as the process group would give them:
+
+# %%
+class ShardStream(IterableDataset):
+    def __init__(self, paths, transform=None, *, rank=0, world_size=1):
+        self.paths, self.transform, self.rank, self.world_size = list(paths), transform, rank, world_size
+
+    def shards_for(self, worker=0, num_workers=1):
+        return my_shards(self.paths, rank=self.rank, world_size=self.world_size,
+                         worker=worker, num_workers=num_workers)
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        for path in self.shards_for(worker, num_workers):
+            for _, image_bytes, label in read_shard(path):
+                yield decode(image_bytes, label, self.transform)
+
+# %% [markdown]
+# Checked twice. The four consumers of 2 ranks × 2 workers (each asked for its shards, as its
+# `get_worker_info()` would tell it) read every key of the training set once, without decoding. And one
+# reader alone yields the validation set exactly as `ShardedImageDataset` does, tensor for tensor.
+
+# %%
+keys = Counter(key for rank in range(2) for worker in range(2)
+               for path in ShardStream(shard_paths, rank=rank, world_size=2).shards_for(worker, 2)
+               for key, _, _ in read_shard(path))
+assert len(keys) == 960 and set(keys.values()) == {1}
+val_paths = [shard.path for shard in read_manifest(manifests["val"])]
+ours = list(ShardStream(val_paths, preset))
+theirs = list(ShardedImageDataset(manifests["val"], preset, shuffle=False, equalize="none"))
+assert len(ours) == len(theirs) == 240
+assert all(torch.equal(a, b) and la == lb for (a, la), (b, lb) in zip(ours, theirs, strict=True))
+print(f"train: {len(keys)} keys, each read {set(keys.values())} time(s); val: {len(ours)} samples, identical")
+
+# %% [markdown]
+# In the grid above every column has one dark cell: each shard is read by exactly one consumer. Dealt in this fixed order,
 # though, rank 0 would read the same shards every epoch. `ShardedImageDataset` deals a permutation of the
 # shards seeded by `(seed, epoch)` instead, the same on every rank, with the same two slices. Its plan for
 # 2 ranks × 2 workers, checked against the few lines above:
@@ -285,6 +343,22 @@ for rank in range(2):
         seen.update(r.key for r in consumer.records(worker=worker, num_workers=2))
 assert len(seen) == 960 and set(seen.values()) == {1}
 print(f"{len(seen)} distinct samples, each seen {set(seen.values())} time(s)")
+
+# %% [markdown]
+# `ShardStream.__iter__` grown up is `ShardedImageDataset.__iter__`: the same question to
+# `get_worker_info()`, then a decode that names shard and member on failure (and can skip PIL for uint8
+# transforms), the transform, and a `target_transform`:
+
+# %%
+show_source(ShardedImageDataset.__iter__)
+
+# %% [markdown]
+# and its `records` is `shards_for` + `read_shard` grown up: the deal of a permutation that changes with
+# the epoch (`split_shards`), a reader that checks every member and the sample count of the manifest,
+# the shuffle buffer and the equal quotas of the next two sections:
+
+# %%
+show_source(ShardedImageDataset.records)
 
 # %% [markdown]
 # ## Equal batches on every rank
@@ -433,8 +507,9 @@ print(f"{sum(ours.values())} samples;", "identical in webdataset" if wds else "w
 # In training code, `webdataset` adds `split_by_node`/`split_by_worker`, `.shuffle(n)` and resampling;
 # what it leaves to you is exactly what this chapter built: equal batches per rank (`with_epoch`,
 # `with_length`), and checksums.
-#
-# ## Reading shards safely
+
+# %% [markdown]
+# ## Appendix: reading shards safely
 # A shard is input from elsewhere. `ShardedImageDataset` never extracts to disk, and still refuses a
 # member named with `..` or an absolute path, links, folders and devices, a short or cut-off tar, and a
 # shard whose sha256 disagrees with the manifest, each with an error that names the shard and member.

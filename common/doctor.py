@@ -4,7 +4,8 @@ It first gathers facts (versions, devices, CPUs, start method, ``/dev/shm``, the
 which interpreter runs) into a ``Facts`` record, then runs small check functions on it,
 each returning a ``Check`` (ok / info / warn / problem, with the fix). Tests fake a
 condition by changing one field of ``Facts``. From a notebook: ``print(report(diagnose()))``
-checks the kernel itself. Exit status 1 when a problem was found.
+checks the kernel itself, and ``print(summary())`` says the three things a first page needs
+(versions, device, data). Exit status 1 when a problem was found.
 """
 
 from __future__ import annotations
@@ -331,12 +332,50 @@ def report(checks: list[Check]) -> str:
     Introduced in chapters/01_pytorch_basics.ipynb (and `make doctor`).
     """
     marks = {"ok": "[ ok ]", "info": "[info]", "warn": "[warn]", "problem": "[FAIL]"}
-    lines = [f"Environment doctor — {platform.platform()}"]
+    # not platform.platform(): on Linux it runs `uname -p`, a process the unit tier refuses
+    where = f"{platform.system()} {platform.release()} {platform.machine()}"
+    lines = [f"Environment doctor — {where}"]
     for check in checks:
         lines.append(f"{marks[check.status]} {check.name}: {check.detail}")
         if check.fix and check.status in ("warn", "problem"):
             lines.append(f"       fix: {check.fix}")
     return "\n".join([*lines, verdict(checks)])
+
+
+def summary(facts: Facts | None = None) -> str:
+    """The short form for a notebook's first page: versions, the device, the data (three lines).
+
+    A line more names any other check that found a problem or a warning, and the command
+    that prints the full report with the fixes (``python -m common.doctor``).
+
+    Introduced in chapters/01_pytorch_basics.ipynb.
+    """
+    facts = facts if facts is not None else gather_facts()
+    checks = diagnose(facts)
+    versions = [f"{name} {facts.packages.get(name) or 'NOT INSTALLED'}"
+                for name in ("torch", "torchvision")]
+    lines = [" · ".join([f"Python {'.'.join(map(str, facts.python_version))}", *versions]),
+             f"device: {_device_line(facts)}", _data_line(checks)]
+    others = [c.name for c in checks if c.status in ("problem", "warn") and c.name != "data"]
+    if others:
+        lines.append(f"also {len(others)} to look at ({', '.join(others)}): run "
+                     "`python -m common.doctor` for the full report and the fixes")
+    return "\n".join(lines)
+
+
+def _device_line(facts: Facts) -> str:
+    if facts.cuda_available:
+        return f"CUDA ({', '.join(facts.cuda_devices)})"
+    if facts.mps_available:
+        return "Apple MPS"
+    return f"CPU (no CUDA or MPS device; torch built for {facts.torch_build})"
+
+
+def _data_line(checks: list[Check]) -> str:
+    data = next(c for c in checks if c.name == "data")
+    if data.status == "ok":
+        return f"data: ready ({data.detail})"
+    return f"data: NOT READY — {data.detail}; fix: {data.fix}"
 
 
 @dataclass

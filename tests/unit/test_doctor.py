@@ -25,6 +25,7 @@ from common.doctor import (
     report,
     shm_size,
     suggest_num_workers,
+    summary,
     verdict,
 )
 from common.synthetic import SyntheticConfig, verify
@@ -146,3 +147,26 @@ def test_gather_facts_describes_this_process(tiny_data):
     assert facts.cuda_available == torch.cuda.is_available()
     assert facts.python_version == tuple(sys.version_info[:3])
     assert facts.data_problems == []
+
+
+def test_summary_is_three_lines_versions_device_data(tiny_data):
+    facts = healthy(tiny_data, config_of(tiny_data))
+    lines = summary(facts).splitlines()
+    assert lines[:2] == ["Python 3.11.7 · torch 2.5.0 · torchvision 0.20.0",
+                         "device: CPU (no CUDA or MPS device; torch built for CPU only)"]
+    assert lines[2].startswith("data: ready") and len(lines) == 3
+    gpu = dataclasses.replace(facts, cuda_available=True, cuda_devices=("GPU A", "GPU B"))
+    assert summary(gpu).splitlines()[1] == "device: CUDA (GPU A, GPU B)"
+
+
+def test_summary_says_what_is_wrong_and_where_the_full_report_is(tiny_data, tmp_path):
+    base = healthy(tiny_data, config_of(tiny_data))
+    no_data = dataclasses.replace(base, data_root=tmp_path, data_problems=["no manifest.json"])
+    lines = summary(no_data).splitlines()
+    assert len(lines) == 3 and "data: NOT READY" in lines[2] and "make data" in lines[2]
+    broken = dataclasses.replace(base, prefix=str(tmp_path),
+                                 packages={**base.packages, "torchvision": None})
+    lines = summary(broken).splitlines()
+    assert "torchvision NOT INSTALLED" in lines[0] and len(lines) == 4
+    assert "interpreter" in lines[3] and "packages" in lines[3]
+    assert "python -m common.doctor" in lines[3]
