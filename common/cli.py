@@ -303,7 +303,9 @@ def is_file_or_absent(config: Any, *names: str) -> dict[str, str]:
 
 
 def distinct_files(config: Any, *names: str) -> dict[str, str]:
-    """Two output flags naming one file would destroy each other: the later one is refused.
+    """Two output flags naming one file would destroy each other: the later one is refused;
+    so is one inside the other's path (``--log-file out --snapshot out/s.pt``: the first
+    written leaves no room for the second).
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
@@ -314,8 +316,13 @@ def distinct_files(config: Any, *names: str) -> dict[str, str]:
         if value in ("", None):
             continue
         path = Path(value).resolve()
+        nested = next((other for other in seen if other in path.parents or path in other.parents),
+                      None)
         if path in seen:
             problems[name] = f"names the same file as {flag_name(seen[path])} ({value})"
+        elif nested is not None:
+            problems[name] = (f"{value} and {flag_name(seen[nested])} {nested} are inside one "
+                              "another: one path cannot be a file and a folder")
         else:
             seen[path] = name
     return problems

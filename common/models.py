@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import zipfile
 
 import torch
 from torch import nn
@@ -163,7 +164,8 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
     """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as error:
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, IndexError,
+            zipfile.BadZipFile) as error:  # what read_snapshot catches: a text file is an IndexError
         raise ValueError(f"--weights {path}: not a PyTorch state dict ({error})") from error
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"--weights {path}: holds a {type(state).__name__}, not a state dict "

@@ -112,7 +112,7 @@ def run_problems(config: RunSettings) -> dict[str, str]:
     return {**at_least(config, MIN_IMAGE_SIZE, "image_size", why="SmallCNN halves it three times"),
             **positive(config, "num_epochs", "batch_size", "grad_accum", "image_size", "width"),
             **non_negative(config, "max_steps", "num_workers", "subset", "lr", "weight_decay",
-                           "momentum"),
+                           "momentum", "seed"),
             **in_range(config, "momentum", 0.0, 0.999),  # 1 or more: steps grow without bound
             **finite(config, "lr", "momentum", "weight_decay"),
             **is_dir(config, "data", "train_images", "val_images"),

@@ -83,7 +83,7 @@ def check_config(config: FSDPTrainConfig) -> dict[str, str]:
                 **finite(config, "step_delay"),
                 **is_dir_or_absent(config, "checkpoint"),
                 **is_file_or_absent(config, "save_final", "log_file"),
-                **distinct_files(config, "save_final", "log_file")}
+                **distinct_files(config, "checkpoint", "save_final", "log_file")}
     if config.kill_in_save and not config.simulate_kill_at_step:
         problems["kill_in_save"] = "needs --simulate-kill-at-step N"
     if config.bf16 and config.strategy != "fsdp":

@@ -67,6 +67,8 @@ def _check(config: MakeShardsConfig) -> dict[str, str]:
                 **file_name_part(config, "prefix")}
     if config.csv is not None and (config.images is None or config.out is None):
         problems["csv"] = "--csv needs --images and --out"
+    if config.images is not None and config.csv is None:
+        problems["images"] = "--images needs --csv (the annotations it names files of)"
     if config.imagefolder is not None and (config.csv is not None or config.out is None):
         problems["imagefolder"] = "needs --out, and no --csv (one source at a time)"
     return problems

@@ -124,7 +124,7 @@ def check_config(config: ShardTrainConfig) -> dict[str, str]:
             **at_least(config, MIN_IMAGE_SIZE, "image_size", why="SmallCNN halves it three times"),
             **is_file(config, "weights"),
             **({"model": problem} if (problem := model_problem(config.model)) else {}),
-            **non_negative(config, "num_workers", "lr"), **finite(config, "lr"),
+            **non_negative(config, "num_workers", "lr", "seed"), **finite(config, "lr"),
             **is_file_or_absent(config, "out", "snapshot"),
             **distinct_files(config, "snapshot", "out")}
 

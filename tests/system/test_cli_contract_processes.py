@@ -24,6 +24,8 @@ def _command(*argv: str) -> subprocess.CompletedProcess:
 def test_real_commands_refuse_bad_values_in_one_line(tmp_path):
     regular = tmp_path / "file.txt"
     regular.write_text("not a manifest\n")
+    (tmp_path / "subs" / "alice").mkdir(parents=True)
+    (tmp_path / "empty").mkdir()
     cases = [  # (argv, exit status, named on stderr)
         (["-m", "common.ddp.train", "--tiny", "--lr", "nan"], 2, "--lr"),
         (["-m", "common.shards.train", "--tiny", "--shards", str(regular)], 1, "--shards"),
@@ -32,6 +34,8 @@ def test_real_commands_refuse_bad_values_in_one_line(tmp_path):
         (["data_scripts/make_synthetic_data.py", "--jpeg-quality", "0"], 2, "--jpeg-quality"),
         (["-m", "course.translate", "status", "--chapters", str(tmp_path / "none")], 2,
          "--chapters"),
+        (["-m", "course.grading", "--submissions", str(tmp_path / "subs"), "--sources",
+          str(tmp_path / "empty"), "--out", str(tmp_path / "grades")], 2, "--sources"),
     ]
     for argv, code, named in cases:
         done = _command(*argv)
@@ -39,6 +43,7 @@ def test_real_commands_refuse_bad_values_in_one_line(tmp_path):
         assert named in done.stderr and "Traceback" not in done.stderr, (argv, done.stderr)
         assert len(done.stderr.strip().splitlines()[-1]) < 400
     assert not list(tmp_path.glob("escaped*")) and not (tmp_path / "o").exists()
+    assert not (tmp_path / "grades").exists()  # nothing graded against no sources
 
 
 @pytest.mark.parametrize(("argv", "named"), [

@@ -3,8 +3,11 @@
 Each case runs ``main(argv)`` of an entry point and expects a refusal: exit status 2 (an
 argparse error naming the flag) or 1 (a one-line error naming the flag or the file), the flag
 or file named on stderr, and no traceback. Nothing is trained: every value is refused before a
-model, a process group or a worker exists. tests/system/test_cli_contract_processes.py runs a
-few of them as real commands, and ``course.notebooks`` (jupytext starts pandoc on import).
+process group or a worker exists, most before a model does (a snapshot is read after the model is
+built). ``FOUND_BY_AUDIT`` lists the values the issue-30 audit found let through (some of them trained a tiny
+run), each with the file its fix went into.
+tests/system/test_cli_contract_processes.py runs a few cases as real commands, and
+``course.notebooks`` (jupytext starts pandoc on import).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -38,6 +42,7 @@ def places(tmp_path_factory, tiny_data) -> dict[str, str]:
     root = tmp_path_factory.mktemp("cli")
     (root / "file.txt").write_text("not a folder, not a manifest\n")
     (root / "folder").mkdir()
+    (root / "notes.txt").write_text("a note, not a snapshot\n")  # torch.load: an IndexError
     samples = [(tiny_data.images_dir("train") / name, label) for name, label in
                (line.split(",") for line in
                 tiny_data.labels_csv("train").read_text().splitlines()[1:])]
@@ -50,12 +55,16 @@ def places(tmp_path_factory, tiny_data) -> dict[str, str]:
     (root / "site-src" / "en").mkdir(parents=True)
     (root / "site-src" / "en" / "mine.txt").write_text("the user's own notes\n")
     (root / "ex").mkdir()
+    shutil.copy(sorted((REPO / "chapters" / "exercises").glob("ex[0-9][0-9]_*.ipynb"))[0],
+                root / "ex")  # instructor sources of one exercise
+    (root / "subs" / "alice").mkdir(parents=True)  # one student, nothing submitted yet
     return {"file": str(root / "file.txt"), "dir": str(root / "folder"),
             "missing": str(root / "missing" / "x"), "data": str(tiny_data.root),
             "shards": str(root / "shards"), "bare": str(root / "bare"),
             "cached": str(root / "cached"), "site": str(root / "site"),
             "user_file": str(root / "site-src" / "en" / "mine.txt"),
-            "same": str(root / "same.pt"), "ex": str(root / "ex"), "root": str(root)}
+            "same": str(root / "same.pt"), "ex": str(root / "ex"), "root": str(root),
+            "subs": str(root / "subs"), "notes": str(root / "notes.txt")}
 
 
 def _run(module: str, argv: list[str], capsys) -> tuple[int, str]:
@@ -83,6 +92,10 @@ CASES = [  # (module, argv, exit status, what stderr must name)
     (DDP, ["--tiny", "--snapshot", "{dir}"], 2, "--snapshot"),
     (DDP, ["--tiny", "--snapshot", "{same}", "--save-final", "{same}"], 2, "--save-final"),
     (DDP, ["--tiny", "--snapshot", "{file}/x.pt"], 2, "--snapshot"),
+    (DDP, ["--tiny", "--data", "{data}", "--snapshot", "{notes}"], 2,  # was an IndexError
+     "notes.txt is truncated or not a PyTorch file"),
+    (DDP, ["--tiny", "--log-file", "{root}/nest", "--snapshot", "{root}/nest/s.pt"], 2,
+     "are inside one another"),  # was a FileExistsError after training
     *[(FSDP, ["--tiny", *argv], 2, flag) for argv, flag in TRAINER_CASES],
     (FSDP, ["--tiny", "--checkpoint", "{file}"], 2, "--checkpoint"),
     (FSDP, ["--tiny", "--keep", "0"], 2, "--keep"),
@@ -96,6 +109,9 @@ CASES = [  # (module, argv, exit status, what stderr must name)
     (SHARDS, ["--tiny", "--lr", "nan"], 2, "--lr"),
     (SHARDS, ["--tiny", "--num-classes", "0"], 2, "--num-classes"),
     (SHARDS, ["--tiny", "--out", "{dir}"], 2, "--out"),
+    (SHARDS, ["--tiny", "--snapshot", "{same}", "--out", "{same}"], 2, "--out"),
+    (SHARDS, ["--tiny", "--shards", "{shards}", "--val-shards", "{shards}", "--snapshot",
+              "{notes}"], 1, "notes.txt is truncated or not a PyTorch file"),  # an IndexError
     *[("common.fast.benchmark", ["--quick", *argv], 2, flag) for argv, flag in [
         (["--max-images", "-1"], "--max-images"), (["--min-seconds", "-1"], "--min-seconds"),
         (["--min-seconds", "nan"], "--min-seconds"), (["--crop-size", "0"], "--crop-size"),
@@ -116,6 +132,10 @@ CASES = [  # (module, argv, exit status, what stderr must name)
     ("common.ddp.bench", ["--ranks", "0"], 2, "--ranks"),
     ("common.fsdp.bench", ["--image-size", "4"], 2, "--image-size"),
     ("common.fsdp.bench", ["--batch-size", "5", "--ranks", "2"], 2, "--batch-size"),
+    ("common.ddp.bench", ["--steps", "2"], 2, "--steps"),  # no timed step: a KeyError
+    ("common.fsdp.bench", ["--steps", "2"], 2, "--steps"),  # likewise
+    ("common.ddp.bench", ["--data", "{data}", "--per-rank-batch", "32"], 1,  # was a ValueError
+     "--per-rank-batch"),
     ("common.ddp.collectives_demo", ["--ranks", "2"], 2, "--ranks"),
     ("common.doctor", ["--fix"], 2, "--fix"),
     *[("common.make_data", argv, 2, flag) for argv, flag in [
@@ -147,6 +167,7 @@ CASES = [  # (module, argv, exit status, what stderr must name)
     ("course.translate", ["extract", "--notebooks", "../README.md"], 2, "--notebooks"),
     ("course.assignments", ["list", "--sources", "{missing}"], 2, "--sources"),
     ("course.assignments", ["list", "--sources", "{file}"], 2, "--sources"),
+    ("course.assignments", ["list", "--sources", "{dir}"], 2, "--sources"),  # was rc 1, unnamed
     ("course.assignments", ["build", "--out", "{file}"], 2, "--out"),
     ("course.assignments", ["build", "--sources", "{ex}", "--out", "{ex}"], 2, "--out"),
     *[("course.grading.grader", ["--submissions", "{dir}", "--out", "{root}/grades", *argv], 2, flag)
@@ -158,6 +179,12 @@ CASES = [  # (module, argv, exit status, what stderr must name)
           (["--cell-timeout", "inf"], "--cell-timeout"), (["--memory-mb", "nan"], "--memory-mb"),
           (["--sources", "{missing}"], "--sources"), (["--out", "{file}"], "--out")]],
     ("course.grading.grader", ["--submissions", "{file}"], 2, "--submissions"),
+    # An empty --sources graded every student against nothing, rc 0; an --out inside
+    # --submissions put everyone's grades into a student's folder (or made them a student).
+    ("course.grading.grader", ["--submissions", "{subs}", "--out", "{root}/grades", "--sources",
+                               "{dir}"], 2, "--sources"),
+    ("course.grading.grader", ["--submissions", "{subs}", "--out", "{subs}/alice"], 2, "--out"),
+    ("course.grading.grader", ["--submissions", "{subs}", "--out", "{subs}"], 2, "--out"),
     ("course.grading.grader", ["--submissions", "{dir}", "--out", "{root}/grades", "--notebooks",
                                "ex99_nothing"], 1, "ex99_nothing"),
 ]
@@ -173,6 +200,73 @@ def test_a_bad_value_is_refused_by_name_without_a_traceback(module, argv, code, 
     assert named in err, err[-2000:]
     assert "Traceback" not in err
     assert len(err.strip().splitlines()[-1]) < 400  # one line says it, not a dump
+
+
+def _found(module: str, argv: list[str], code: int, named: str, fix: str):
+    """A case the issue-30 audit found let through, with where its fix went."""
+    return pytest.param(module, argv, code, named, id=f"{module} {' '.join(argv)}")
+
+
+#: Bad values the issue-30 audit found let through, each with the fix that now refuses it.
+FOUND_BY_AUDIT = [
+    *[_found(module, [*argv, "--seed", "-1"], 2, "--seed", f"non_negative(config, 'seed') in "
+               f"{owner}") for module, argv, owner in [  # "seed must be non-negative", unnamed
+        (DDP, ["--tiny", "--data", "{data}"], "common/ddp/config.py check_config"),
+        (FSDP, ["--tiny", "--data", "{data}"], "common/fsdp/config.py check_config"),
+        (SHARDS, ["--tiny", "--shards", "{shards}", "--val-shards", "{shards}"],  # rc 1, unnamed
+         "common/shards/train.py check_config")]],
+    *[_found(FSDP, ["--tiny", "--data", "{data}", "--checkpoint", f"{{root}}/{flag[2:]}", flag,
+                      f"{{root}}/{flag[2:]}"], 2, flag,  # trained, then an IsADirectoryError
+               "distinct_files(config, 'checkpoint', 'save_final', 'log_file') in "
+               "common/fsdp/config.py") for flag in ("--save-final", "--log-file")],
+    _found(DDP, ["--tiny", "--data", "{data}", "--weights", "{notes}"], 2, "--weights",
+             "common/models.py load_weights to catch torch.load's IndexError (a text file) as "
+             "snapshot.read_snapshot does (all three trainers: an IndexError traceback)"),
+    _found("common.shards.make", ["--images", "{dir}", "--out", "{root}/made"], 2, "--images",
+             "common/shards/make.py to refuse --images without --csv (rc 0: shards of the "
+             "default data were written instead)"),
+]
+
+
+@pytest.mark.parametrize(("module", "argv", "code", "named"), FOUND_BY_AUDIT)
+def test_a_bad_value_the_audit_found_is_refused_by_name(module, argv, code, named, places,
+                                                        capsys):
+    test_a_bad_value_is_refused_by_name_without_a_traceback(module, argv, code, named, places,
+                                                            capsys)
+
+
+@pytest.mark.parametrize("module", ["common.ddp.bench", "common.fsdp.bench"])
+def test_a_benchmark_run_that_fails_is_its_rank_s_one_line(module, places, monkeypatch, capsys):
+    """A run ``torchrun`` reports failed (here: the trainer refused a batch larger than the
+    data) was a RuntimeError holding torchrun's whole output; now it is the rank's line."""
+    said = "rank 0: error: 960 training images are too few for --batch-size 4000"
+
+    def refused(command, **_):  # what run_command raises, torchrun's own traceback included
+        raise RuntimeError(f"{' '.join(command)} exited with 1:\ndevice plan: cpu\n{said}\n"
+                           "Traceback (most recent call last):\n  File \"run.py\"\n"
+                           "ChildFailedError: common.fsdp.train FAILED")
+
+    monkeypatch.setattr(importlib.import_module(module), "run_command", refused)
+    code, err = _run(module, ["--data", places["data"], "--per-rank-batch", "2"]
+                     if module == "common.ddp.bench" else ["--ranks", "1"], capsys)
+    assert code == 1 and err.strip().splitlines()[-1] == f"{module}: error: {said}", err
+
+
+def test_a_repacked_shard_is_refused_before_a_worker_starts(places, tmp_path, capsys):
+    """Issue 30: a repacked copy of shard 0 added as another shard was read twice per epoch on
+    1 rank x 2 workers. The keys are checked as the dataset is built, before any DataLoader
+    worker starts (a worker here would be refused: tests/unit starts no process)."""
+    from tests.unit.test_shards import _repack, _with_extra_shard
+
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    repacked = _repack(Path(places["shards"]) / "shard-000000.tar", folder / "shard-000009.tar")
+    _with_extra_shard(Path(places["shards"]) / "manifest.json", folder, repacked)
+    code, err = _run(SHARDS, ["--tiny", "--shards", str(folder), "--val-shards", places["shards"],
+                              "--num-workers", "2"], capsys)
+    assert code == 1 and "Traceback" not in err
+    assert f"sample key '00000000' is in shard {folder / 'shard-000000.tar'} and again in shard " \
+           f"{repacked}" in err
 
 
 def test_a_folder_holding_the_site_staging_of_a_user_is_left_alone(places, capsys):
@@ -251,6 +345,11 @@ def test_the_validators(tmp_path):
     assert is_file_or_absent(C, "folder") and not is_file_or_absent(C, "file")
     C.out = C.log = str(tmp_path / "same")
     assert distinct_files(C, "out", "log") == {"log": f"names the same file as --out ({C.log})"}
+    C.log = str(tmp_path / "same" / "log.jsonl")  # the first written leaves no room for the other
+    assert "are inside one another" in distinct_files(C, "out", "log")["log"]
+    assert "are inside one another" in distinct_files(C, "log", "out")["out"]
+    C.log = str(tmp_path / "same.log")
+    assert distinct_files(C, "out", "log") == {}
     assert file_name_part(C, "prefix")
     C.prefix = "shard"
     assert not file_name_part(C, "prefix")
