@@ -413,7 +413,7 @@ def test_the_instructor_solutions_score_full_marks_in_every_notebook(tmp_path):
     sources = sorted(exercises_dir().glob("ex*.ipynb"))
     for source in sources:
         shutil.copy(source, folder / source.name)
-    config = GradingConfig(tmp_path / "subs", tmp_path / "out", repo=REPO, cell_timeout=60)
+    config = GradingConfig(tmp_path / "subs", tmp_path / "out", repo=REPO, cell_timeout=150)
     results, _ = grade(config)
     assert len({r.exercise.split("/")[0] for r in results}) == len(sources) == 6
     assert [r for r in results if r.points != r.max_points] == []
