@@ -255,7 +255,7 @@ comparison
 # %%
 batch = next(iter(DataLoader(stats_set, batch_size=32)))[0]
 one = channel_stats([batch])
-direct_mean, direct_std = batch.mean(dim=(0, 2, 3)), batch.std(dim=(0, 2, 3), unbiased=False)
+direct_mean, direct_std = batch.mean(dim=(0, 2, 3)), batch.std(dim=(0, 2, 3), correction=0)
 print([round(m, 4) for m in one.mean], direct_mean.numpy().round(4))
 assert torch.allclose(torch.tensor(one.std, dtype=torch.float32), direct_std, atol=1e-5)
 

@@ -172,8 +172,12 @@ for world_size in (2, 8, 64):
 # *Reduce-scatter leaves each rank one fully summed chunk (Σ), all-gather passes those around; each rank only ever talks to its neighbour.*
 
 # %% [markdown]
-# The demo above also timed one `all_reduce` per tensor size (median of 5, on 2 gloo processes). Small
-# tensors cost a fixed latency (the round trips); from about a megabyte on, the time grows with the bytes.
+# The demo above also timed `all_reduce` at each tensor size on the 2 gloo processes: two untimed calls
+# per size first (they set up buffers), then 15 rounds over all sizes in turn, reporting the fastest call
+# of each size. On a machine shared with other programs a median still carries their interruptions (one
+# rank paused while the other waits); the fastest call is what the collective itself costs. Small
+# tensors all cost about the same fixed latency (the round trips); past a few hundred kilobytes the time
+# grows with the bytes.
 # That is why DDP packs gradients into ~25 MB *buckets* and all-reduces a bucket as soon as its gradients are
 # ready, during the backward pass, instead of one call per parameter tensor.
 

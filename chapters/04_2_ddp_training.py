@@ -129,8 +129,12 @@ def train(name: str, *args: str, nproc: int = 2, **launch) -> Path:
 # %% [markdown]
 # ## Sharding the data: `DistributedSampler` and `set_epoch` (§2.2.1 Dataset与DataLoader类)
 # The guide's `DataLoader(dataset, shuffle=True)` on every rank would give each rank its own shuffle of
-# the *whole* dataset — and, since every rank seeds its generators alike (`seed_everything(0)`, as DDP needs
-# for equal initial weights), the *same* batches on every rank. A `DistributedSampler` instead shuffles the indices with a seed every rank shares, then deals them out:
+# the *whole* dataset — and, since every rank seeds its generators alike (`seed_everything(0)`), the
+# *same* batches on every rank. (The equal seed is not what makes DDP's replicas equal:
+# `DistributedDataParallel(model)` broadcasts rank 0's parameters and buffers to every rank when it wraps
+# the model. FSDP2's `fully_shard`, in Chapter 6, broadcasts nothing — each rank keeps its slice of the
+# weights *it* built — so there every rank must build the same weights: the same seed, or one checkpoint
+# loaded everywhere.) A `DistributedSampler` instead shuffles the indices with a seed every rank shares, then deals them out:
 # rank `r` takes positions `r, r + world_size, ...`. The shuffle is seeded with `seed + epoch`, so
 # **`sampler.set_epoch(epoch)` must be called every epoch** — forget it and every epoch repeats
 # epoch 0's order:
@@ -335,7 +339,10 @@ print(f"restarted 2-process run vs uninterrupted 1-process run: largest differen
 # With `--grad-accum K` each rank runs K micro-batches per optimizer step. Inside `model.no_sync()` DDP
 # skips the all-reduce and gradients just accumulate locally; the K-th backward all-reduces once. Each
 # micro-batch loss is divided by K, so the accumulated gradient is the mean over the full batch — the
-# same step as without accumulation, with a K times smaller memory peak and one all-reduce per step.
+# same step as without accumulation, with one all-reduce per step. What shrinks is the activations: a
+# micro-batch is 1/K of the batch, so a backward pass holds about 1/K of them. The parameters, the
+# gradients (accumulated over the micro-batches) and the optimizer state stay as large as before, so the
+# memory peak falls by less than K — by little, for a model whose weights and optimizer state dominate.
 # `--count-allreduces` registers a DDP communication hook that counts gradient synchronisations:
 
 # %%
@@ -372,10 +379,22 @@ else:
 # On two machines, the same command on each, meeting at a c10d rendezvous on the first:
 #
 # ```bash
-# export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1   # restart-safe rendezvous store
+# export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1   # workaround for pytorch/pytorch#135712, see below
 # torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 \
 #          --rdzv-id=job42 --max-restarts=3 -m common.ddp.train --snapshot /shared/snap.pt ...
 # ```
+#
+# `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` is a workaround for a bug, not a standard setting. Since mid-2024
+# (pytorch/pytorch#128096; the bug was reported on 2.5 pre-releases) the torchrun agent shares its
+# rendezvous TCPStore with the workers by default, and after a restart the workers can be handed the
+# previous round's store address and fail to connect ("Connection refused", pytorch/pytorch#135712). A fix
+# for retries followed in September 2024 (pytorch/pytorch#136768), but in torch 2.14, the version these notebooks
+# ran on, sharing is still the default, the agent still keeps its first round's store for later rounds, and
+# the failure was still being reported in late 2025 (pytorch/pytorch#167288): affected are torch 2.5 to 2.14
+# as of writing, with the c10d rendezvous and `--max-restarts` above 0 (without restarts the flag changes
+# nothing). The flag gives every round the workers' own fresh store, as torchrun did before. `launch_env`
+# sets it for every command in this course, and the trainer warns (`restart_hazard`) when it restarts
+# without it; drop it once your torch's release notes name the fix.
 #
 # The tests run exactly this with two agents on 127.0.0.1 (one process each) and check the result
 # against a single process. Under Slurm, `srun` starts one agent per node —

@@ -197,10 +197,11 @@ print(f"max |difference| {max((one[k] - two[k]).abs().max().item() for k in one)
 
 # %% [markdown]
 # ## Three knobs: `reshard_after_forward`, prefetching, `MixedPrecisionPolicy`
-# - `fully_shard(block, reshard_after_forward=True)` (the default) frees a unit's gathered parameters
-#   right after its forward and gathers them again in backward: ZeRO-3. `False` keeps them until backward
-#   — more memory, one all-gather fewer per unit (ZeRO-2-like). The root is usually left `False`, since
-#   backward needs it first.
+# - `fully_shard(block, reshard_after_forward=True)` frees a unit's gathered parameters right after its
+#   forward and gathers them again in backward: ZeRO-3. `False` keeps them until backward — more memory,
+#   one all-gather fewer per unit (ZeRO-2-like). The default, `None`, means `True` for every unit and
+#   `False` for the root, since backward needs the root's parameters first. `shard_model` (below) passes
+#   its `reshard_after_forward` to the units only and leaves the root at `None`: torch's choice.
 # - **Prefetching**: FSDP2 issues the all-gather of the next unit while the current one computes
 #   (implicitly, on its own CUDA streams); `unit.set_modules_to_forward_prefetch([...])` prefetches
 #   further ahead. On a CPU with gloo nothing overlaps, so this is a GPU matter.
@@ -244,12 +245,19 @@ for ax, column, label in zip(axes, ["samples_per_s", "bytes_per_rank"],
     ax.bar(["DDP", "FSDP"], result.loc[["ddp", "fsdp"], column], color=["tab:blue", "tab:orange"])
     ax.set_title(label)
 fig.tight_layout()
+print(f"FSDP / DDP on these {BenchConfig().ranks} CPU ranks: samples/s "
+      f"{result.loc['fsdp/ddp', 'samples_per_s']:.2f}x, bytes per rank {result.loc['fsdp/ddp', 'bytes_per_rank']:.2f}x")
 
 # %% [markdown]
-# FSDP halves what each rank holds; on CPUs it pays for that with extra collectives per step (an
-# all-gather per unit in forward and in backward, a reduce-scatter per unit), so it is slower than DDP
-# here. On GPUs with NCCL those overlap with compute, and for a model that does not fit one GPU there is
-# no DDP number to compare against. (Both figures come from the cell above; they vary from run to run.)
+# The two ratios printed above are of different kinds. Bytes per rank are counted from the local
+# tensors: FSDP holds half of DDP's on 2 ranks, on any machine. Samples/s are timed, and a 6-step run on
+# 2 CPU ranks of a small machine shared with other work moves a lot from run to run, either way (the
+# longer `make bench-fsdp` run in [docs/figures.md](../docs/figures.md) measured FSDP at 0.70× DDP's
+# speed). What does not move is the work: per step FSDP all-gathers every unit in forward and again in
+# backward and reduce-scatters every unit's gradients, where DDP sends one bucketed all-reduce — at this
+# size, where the computation is tiny, that extra communication usually costs time, while each FSDP rank
+# updates only half of the AdamW state. On GPUs with NCCL the gathers overlap with compute, and for a
+# model that does not fit one GPU there is no DDP number to compare against.
 
 # %% [markdown]
 # ## Summary

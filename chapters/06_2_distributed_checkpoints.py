@@ -210,10 +210,14 @@ pd.DataFrame(rows)
 # %% [markdown]
 # ## A kill inside a save, and `torchrun --max-restarts=1`
 # `save_checkpoint` lets DCP write into a hidden `.step-NNNNNN.tmp` folder and, once every rank is
-# done, rank 0 renames it to `step-NNNNNN` — a rename is atomic, so a checkpoint is either complete or
-# absent. Here the last rank SIGKILLs itself inside step 6's save, after writing and before the rename.
-# torchrun restarts the group (with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`, from `launch_env`, see
-# Chapter 4), and the new attempt resumes from step 4, the previous complete checkpoint:
+# done, rank 0 renames it to `step-NNNNNN`. Within one POSIX file system a rename is atomic, so a
+# checkpoint is either complete or absent. That guarantee is the file system's, not DCP's: object stores
+# (S3, GCS) have no rename at all — a "rename" there is a copy of every object, then deletes — and the
+# file systems mounted on top of them (s3fs, gcsfuse) or some network file systems do not make it atomic
+# either. There one publishes differently, e.g. writes a small marker object last and treats a checkpoint
+# without it as absent. Here the last rank SIGKILLs itself inside step 6's save, after writing and before
+# the rename. torchrun restarts the group (with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` from `launch_env`, the
+# workaround Chapter 4.2 explains), and the new attempt resumes from step 4, the previous complete checkpoint:
 
 # %%
 out = RUNS / "killed"
@@ -263,11 +267,12 @@ for case, message in messages.items():
 # ## One file for inference, and back
 # A DCP folder is made for many writers; for inference one usually wants a single `torch.save` file of
 # full tensors. `dcp_to_torch_save` gathers it in one plain process (`to_torch_save` checks first);
-# `torch_save_to_dcp` goes back:
+# `torch_save_to_dcp` goes back. The file holds only tensors and plain values (dicts, lists, numbers,
+# strings, bytes), so it loads with `weights_only=True`, as Chapter 1 taught: no pickled code runs:
 
 # %%
 single = to_torch_save(RUNS / "uninterrupted" / "ckpt" / "step-000008", RUNS / "model.pt")
-full = torch.load(single, weights_only=False)
+full = torch.load(single, weights_only=True)
 print(sorted(full), "| model tensors:", len(full["model"]))
 assert all(torch.equal(full["model"][k], reference[k]) for k in reference)
 back = from_torch_save(single, RUNS / "back")

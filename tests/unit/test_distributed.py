@@ -9,8 +9,10 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from common.cli import one_line
+from common.ddp.collectives_demo import allreduce_seconds, fastest_ms
 from common.ddp.launch import free_port, launch_env, torchrun_command
 from common.ddp.process_group import (
+    DistInfo,
     all_reduce_sum,
     gather_objects,
     is_main_process,
@@ -98,3 +100,14 @@ def test_an_expected_error_is_one_line_even_when_a_worker_raised_it(monkeypatch,
     assert run_in_process_group(train, None, errors=(ValueError,)) == 2
     assert capsys.readouterr().err == "rank 0: error: ValueError: labels.csv row 7: label 9 is out of range\n"
     assert one_line("plain message") == "plain message"
+
+
+def test_allreduce_seconds_times_every_size_each_round_without_a_group():
+    info = DistInfo(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"), backend=None,
+                    initialized=False)
+    seconds = allreduce_seconds(info, (4, 16), repeats=3)
+    assert list(seconds) == [4, 16] and all(len(t) == 3 and min(t) >= 0 for t in seconds.values())
+
+
+def test_the_cost_line_reports_the_fastest_call_of_each_size():
+    assert fastest_ms({256: [0.003, 0.001, 0.002], 4096: [0.0025]}) == "256:1.000 4096:2.500"
