@@ -76,7 +76,7 @@ def test_bwrap_prefix_is_an_allow_list(tmp_path):
 #: Run inside the sandbox by the next test: what it can see, read and write.
 _LOOK = """
 import os, sys
-shown, secret = sys.argv[1:3]
+shown, secret, *bound = sys.argv[1:]  # bound: the interpreter's folders, shown too
 print(sorted(os.listdir(os.path.dirname(shown))))
 print(open(os.path.join(shown, "kept.txt")).read())
 for path, mode in ((secret, "r"), (os.path.join(shown, "kept.txt"), "a")):
@@ -85,7 +85,8 @@ for path, mode in ((secret, "r"), (os.path.join(shown, "kept.txt"), "a")):
     except OSError as error:
         print(type(error).__name__)
 open("x", "w").write("x")
-print(os.getcwd(), sorted(n for n in os.listdir("/tmp") if not shown.startswith("/tmp/" + n)))
+print(os.getcwd(), sorted(n for n in os.listdir("/tmp")  # minus the way to what is shown
+                          if not any(p.startswith("/tmp/" + n + "/") for p in (shown, *bound))))
 """
 
 
@@ -96,7 +97,7 @@ def test_bwrap_shows_only_the_allow_list_read_only(tmp_path):
     (shown / "kept.txt").write_text("kept")
     secret.write_text("the instructor's")
     done = subprocess.run([*bwrap_prefix([shown, *PYTHON], work_mb=8, shm_mb=4), sys.executable, "-c", _LOOK, str(shown),
-                           str(secret)], capture_output=True, text=True, timeout=60, check=False)
+                           str(secret), *map(str, PYTHON)], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[:2] == ["['shown']", "kept"], "only the allowed folder is there, read-only"
