@@ -30,6 +30,7 @@ import numpy as np
 
 from common.annotations import BadSampleError, read_annotations
 from common.data import CustomImageDataset, load_rgb
+from common.digests import file_sha256
 from common.synthetic import ShapesData, ensure_data
 
 LAYOUTS = ("shapes", "imagefolder", "csv")
@@ -363,11 +364,8 @@ def data_identity(data: ImageData) -> dict[str, str]:
         if files.csv is None:
             identity[f"{files.flag} (file list)"] = file_list(data.dataset(split)).sha256
         elif data.kind == "shapes":
-            identity[f"--data {split}/labels.csv"] = _sha256(files.csv)
+            identity[f"--data {split}/labels.csv"] = file_sha256(files.csv)
         else:
-            identity[f"{files.flag} {files.csv.name}"] = _sha256(files.csv)
+            identity[f"{files.flag} {files.csv.name}"] = file_sha256(files.csv)
     return identity
 
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -35,6 +35,7 @@ from filelock import FileLock
 from torch.utils.data import DataLoader, Dataset
 
 from common.data import readonly_view
+from common.digests import file_sha256
 from common.fast.cache_files import (
     CACHE_FILES,
     CACHE_VERSION,
@@ -43,7 +44,6 @@ from common.fast.cache_files import (
     manifest_digest,
     manifest_path,
     read_cache_manifest,
-    sha256_of,
     verify_cache,
 )
 from common.fast.pipeline import DraftPilDecoder, keep_batch
@@ -275,7 +275,7 @@ def listing_sha256(files: FileList) -> str:
     Introduced in docs/scripts.md ("Your own images").
     """
     if files.csv is not None and not files.extra:
-        return sha256_of(files.csv)
+        return file_sha256(files.csv)
     return files.sha256
 
 

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
+from common.digests import file_sha256
+
 CACHE_VERSION = 3  # 3: the manifest records the dtype, and the shape is checked against the files
 CACHE_FILES = ("images.u8", "labels.npy", "sources.npy")
-_CHUNK = 1 << 22
 
 
 class CacheError(RuntimeError):
@@ -36,18 +37,6 @@ class CacheError(RuntimeError):
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
-
-
-def sha256_of(path: Path) -> str:
-    """Hex sha256 of a file, read in 4 MiB blocks.
-
-    Introduced in chapters/03_1_efficient_pipelines.ipynb.
-    """
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def file_record(path: Path, *, sha256: bool) -> dict:
@@ -58,7 +47,7 @@ def file_record(path: Path, *, sha256: bool) -> dict:
     info = path.stat()
     record = {"bytes": info.st_size, "mtime_ns": info.st_mtime_ns}
     if sha256:
-        record["sha256"] = sha256_of(path)
+        record["sha256"] = file_sha256(path)
     return record
 
 
@@ -127,7 +116,7 @@ def verify_cache(root: str | os.PathLike, *, full: bool = False) -> list[str]:
                             f"{expected['bytes']} (truncated or overwritten)")
         elif info.st_mtime_ns != expected["mtime_ns"]:
             problems.append(f"{path} was modified after the cache was built (mtime differs)")
-        elif full and sha256_of(path) != expected["sha256"]:
+        elif full and file_sha256(path) != expected["sha256"]:
             problems.append(f"{path} does not match its sha256 in the manifest (damaged)")
     return problems or _layout_problems(root, manifest)
 

@@ -32,7 +32,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
-from common.fast.cache_files import sha256_of
+from common.digests import file_sha256
 
 STEP_DIR = re.compile(r"^step-(\d{6,})$")
 
@@ -82,7 +82,7 @@ class DigestingWriter(dcp.FileSystemWriter):
         # Every rank's files are complete here: DCP gathers the write results first.
         names = sorted({result.storage_data.relative_path for per_rank in results
                         for result in per_rank})
-        self.digests = {name: sha256_of(Path(self.path) / name) for name in names}
+        self.digests = {name: file_sha256(Path(self.path) / name) for name in names}
         super().finish(metadata, results)
 
     def storage_meta(self) -> Manifest:
@@ -156,7 +156,7 @@ def _check_digests(path: Path, metadata: Metadata, manifest: Manifest) -> None:
         if not shard.is_file():
             raise CheckpointError(f"{shard}: shard file missing (named in the digests of "
                                   f"{path / '.metadata'})")
-        actual = sha256_of(shard)
+        actual = file_sha256(shard)
         if actual != expected:
             raise CheckpointError(
                 f"{shard}: its bytes are not those written at step {manifest.step} (sha256 "

@@ -5,6 +5,7 @@ shard only), ``dataset`` (``ShardedImageDataset`` and how it splits shards) and 
 ``train`` (``python -m common.shards.train``), which is not imported here.
 """
 
+from common.digests import file_sha256
 from common.shards.dataset import (
     MAX_BUFFER_BYTES,
     POLICIES,
@@ -21,7 +22,6 @@ from common.shards.format import (
     ShardRecord,
     decode_image,
     ensure_shards,
-    file_sha256,
     read_manifest,
     read_shard,
     verify_shards,

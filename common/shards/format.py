@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from PIL import Image
 
 from common.data import BadSampleError, decode_errors, open_image
+from common.digests import file_sha256
 
 MANIFEST_NAME = "manifest.json"
 IMAGE_EXTENSIONS = {".jpg": "jpg", ".jpeg": "jpg", ".png": "png"}
@@ -66,18 +67,6 @@ def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
     info.uid = info.gid = 0
     info.uname = info.gname = ""
     return info
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks.
-
-    Introduced in chapters/05_sharded_datasets.ipynb.
-    """
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for chunk in iter(lambda: file.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _write_one(path: Path, samples: Sequence[tuple[str, Path, int]], source) -> None:

@@ -142,8 +142,8 @@ def test_opening_an_intact_cache_hashes_only_the_annotations_file(source, tmp_pa
     root = tmp_path / "cache"
     ensure_cache(source, root, indices=range(8), verbose=False)
     hashed = []
-    real = cache_module.sha256_of
-    monkeypatch.setattr(cache_module, "sha256_of", lambda path: hashed.append(path) or real(path))
+    real = cache_module.file_sha256
+    monkeypatch.setattr(cache_module, "file_sha256", lambda path: hashed.append(path) or real(path))
     monkeypatch.setattr(cache_module, "source_fingerprint", _refuse)
     ensure_cache(source, root, indices=range(8), verbose=False)
     CachedImageDataset(root, check=True)
