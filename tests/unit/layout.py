@@ -88,11 +88,21 @@ def cycle(graph: dict[str, set[str]]) -> list[str]:
     return []
 
 
-def console_scripts(pyproject: Path) -> set[str]:
-    """The modules of ``[project.scripts]`` (``name = "module:function"``) in ``pyproject``."""
+def console_script_targets(pyproject: Path) -> dict[str, str]:
+    """``[project.scripts]`` of ``pyproject``: command name -> ``module:function``."""
     text = pyproject.read_text() if pyproject.is_file() else ""
     section = re.search(r"^\[project\.scripts\]\n(.*?)(?=^\[|\Z)", text, re.M | re.S)
-    return set(re.findall(r'^[\w-]+\s*=\s*"([\w.]+):\w+"', section[1] if section else "", re.M))
+    return dict(re.findall(r'^([\w-]+)\s*=\s*"([\w.]+:\w+)"', section[1] if section else "", re.M))
+
+
+def console_scripts(pyproject: Path) -> set[str]:
+    """The modules of ``[project.scripts]`` (``name = "module:function"``) in ``pyproject``."""
+    return {target.split(":")[0] for target in console_script_targets(pyproject).values()}
+
+
+def has_main_guard(path: Path) -> bool:
+    """The module runs as a program: a top-level ``if __name__ == "__main__":``."""
+    return any(_is_main_guard(node) for node in parse(path).body)
 
 
 def _is_main_guard(node: ast.AST) -> bool:
@@ -108,7 +118,7 @@ def entry_points(root: Path, modules: dict[str, Path]) -> set[str]:
     scripts = console_scripts(root / "pyproject.toml")
     return {name for name, path in modules.items()
             if path.name == "__main__.py" or name in scripts
-            or any(_is_main_guard(node) for node in parse(path).body)}
+            or has_main_guard(path)}
 
 
 def lazy_map(path: Path) -> dict[str, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import re
 import runpy
 import sys
 import warnings
@@ -12,12 +11,8 @@ from pathlib import Path
 
 import pytest
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    from pip._vendor import tomli as tomllib
-
 from common.cli import non_negative, option, parse_dataclass_args, positive
+from tests.unit.layout import console_script_targets, has_main_guard
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,7 +70,6 @@ def test_help_shows_percent_and_defaults(capsys):
 
 #: Where entry points live; a module is one if it has a ``__main__`` guard or is a ``__main__.py``.
 ENTRY_FOLDERS = ("common", "course", "data_scripts")
-MAIN_GUARD = re.compile(r"""^if __name__ == ["']__main__["']:""", re.M)
 #: Entry points that another program starts: their ``--help`` says who, on stderr, with exit status 2.
 INTERNAL = {"course.grading.inside.judge": "grader"}
 
@@ -85,24 +79,20 @@ def _module(path: Path, root: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] in ("__init__", "__main__") else parts)
 
 
-def console_scripts(root: Path = REPO) -> dict[str, str]:
-    """``[project.scripts]`` of pyproject.toml: command name -> ``module:function``."""
-    return tomllib.loads((root / "pyproject.toml").read_text())["project"].get("scripts", {})
-
-
 def entry_points(root: Path = REPO) -> list[list[str]]:
     """Every command line the code defines: ``["-m", module]``, ``[script path]`` (data_scripts/,
     which is no package) and ``["console", name, "module:function"]`` for ``[project.scripts]``."""
     found = set()
     for folder in ENTRY_FOLDERS:
         for path in sorted((root / folder).rglob("*.py")):
-            if path.name != "__main__.py" and not MAIN_GUARD.search(path.read_text(encoding="utf-8")):
+            if path.name != "__main__.py" and not has_main_guard(path):
                 continue
             if (root / folder / "__init__.py").is_file():
                 found.add(("-m", _module(path, root)))
             else:
                 found.add((path.relative_to(root).as_posix(),))
-    found |= {("console", name, target) for name, target in console_scripts(root).items()}
+    found |= {("console", name, target) for name, target in
+              console_script_targets(root / "pyproject.toml").items()}
     return [list(entry) for entry in sorted(found)]
 
 
