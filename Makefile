@@ -67,7 +67,7 @@ test: data ## Run every check: ruff, both test tiers, every notebook by its stro
 	@mkdir -p build && rm -f build/netguard.log
 	$(TEST_RUN)
 
-durations: data ## Run `make test`'s tests and record each file's seconds in tests/durations.json
+durations: data ## Run `make test`'s tests; record each file's seconds (tests/durations.json) and CPU seconds (build/cpu.json)
 	@mkdir -p build && rm -f build/netguard.log
 	COMPANION_RECORD_DURATIONS=tests/durations.json $(TEST_RUN)
 

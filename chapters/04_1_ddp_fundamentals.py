@@ -5,7 +5,7 @@
 # ## What you will learn
 # - What a distributed job is made of: processes, rank, local rank, world size, process groups, backends
 # - How `torchrun` starts the processes and tells each one who it is
-# - The four collectives — `all_reduce`, `broadcast`, `all_gather`, `barrier` — run for real on 2 CPU processes, and what an all-reduce costs
+# - The four collectives — `all_reduce`, `broadcast`, `all_gather`, `barrier` — in a script of your own, run for real on 2 CPU processes, and what an all-reduce costs
 # - Which device each rank takes, and why two ranks on a one-GPU laptop fall back to the CPU
 # - How to turn Chapter 1's training loop into a DDP script, one change at a time, and check it: disjoint data, equal weights, validation accuracy summed over the ranks
 # - Why that script waits for data much of every step, and how Chapter 3's pipeline removes the wait, so that a dozen epochs are cheap enough to reach over 70% validation accuracy
@@ -63,7 +63,7 @@ from common import (
     seed_everything,
     sized,
 )
-from common.ddp.collectives_demo import COST_SIZES
+from common.ddp.collectives_demo import demo_collectives
 from common.ddp.collectives_demo import main as collectives_demo
 from common.ddp.launch import run_command, torchrun_command
 from common.ddp.process_group import setup_distributed
@@ -115,42 +115,175 @@ print(info)
 assert (info.rank, info.world_size, info.initialized) == (0, 1, False)
 
 # %% [markdown]
-# ## Launching processes with torchrun
-# `torchrun_command` builds the command line; it is `python -m torch.distributed.run`, which is exactly
-# what the `torchrun` script runs, with this kernel's interpreter. `--standalone` means one machine and
-# a private rendezvous on a free port. `OMP_NUM_THREADS=1` gives each of the 2 processes one of the 2
-# cores.
-
-# %%
-command = torchrun_command("common.ddp.collectives_demo", nproc_per_node=2)
-print(" ".join(["OMP_NUM_THREADS=1", "torchrun", *command[3:]]))
-
-# %% [markdown]
 # ## Collectives on two processes
-# Each rank runs `common/ddp/collectives_demo.py`. The demo gathers every rank's line to rank 0, which prints
-# them in rank order:
+# A *collective* is an operation that every rank of the group calls and that completes only when all of
+# them have; it moves tensors between the ranks. The script below, which each of the 2 processes runs,
+# calls the four that DDP is built from and prints what each rank holds afterwards. The next cell writes
+# it to `runs/04_1/collectives.py`:
 #
-# - **all_reduce(SUM)** — every rank contributes a tensor, every rank receives the sum (1 + 2 = 3).
-#   DDP's gradient averaging is this, divided by the world size.
-# - **broadcast** — rank 0's tensor is copied to all ranks (DDP does this with the initial weights).
-# - **all_gather** — every rank receives the list of all ranks' tensors.
-# - **barrier** — nobody leaves until everybody has arrived; rank 1 arrives 0.3 s late, so rank 0 waits.
-# - last, a small DDP model: each rank back-propagates only its half of a batch, and after `backward()`
-#   both hold the gradient of the *whole* batch.
+# - `dist.init_process_group("gloo")` joins the group: `torchrun` has put the rank, the world size and the
+#   rendezvous address into each process's environment, and gloo is the backend that moves CPU tensors.
+# - **all_reduce(SUM)**: every rank contributes a tensor, every rank receives the sum.
+# - **broadcast**: rank 0's tensor is copied into every rank's.
+# - **all_gather**: every rank receives the list of all ranks' tensors.
+# - **barrier**: nobody leaves until everybody has arrived; rank 1 arrives 0.3 s late, on purpose.
+# - Then a small DDP model: each rank back-propagates only its half of a batch.
+# - Last, the time of one `all_reduce` at six tensor sizes, for the next section.
+# - `dist.destroy_process_group()` sits in `finally`: the group is left on every way out.
 
 # %%
-done = run_command(command, timeout=120)
-print(done.stdout)
+# %%writefile ../runs/04_1/collectives.py
+"""The four collectives on N processes, DDP's gradient averaging, and the cost of an all-reduce.
+
+    torchrun --standalone --nproc_per_node=2 collectives.py --repeats 15
+"""
+
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+SIZES = (2**8, 2**12, 2**16, 2**18, 2**20, 2**22)  # float32 values per timed all_reduce
+
+
+def say(rank: int, text: str) -> None:
+    print(f"rank {rank}: {text}\n", end="", flush=True)  # one write per line: both ranks share a pipe
+
+
+def collectives(rank: int, world_size: int) -> None:
+    value = torch.tensor([rank + 1.0])
+    dist.all_reduce(value, op=dist.ReduceOp.SUM)  # every rank receives 1 + 2 + ...
+    say(rank, f"all_reduce(SUM) of rank + 1: {rank + 1} -> {value.item():.0f}")
+
+    message = torch.tensor([42.0, 7.0]) if rank == 0 else torch.zeros(2)
+    dist.broadcast(message, src=0)  # rank 0's tensor, copied into every rank's
+    say(rank, f"broadcast from rank 0: {message.tolist()}")
+
+    mine = torch.tensor([10.0 * rank, 10.0 * rank + 1])
+    everyone = [torch.zeros(2) for _ in range(world_size)]
+    dist.all_gather(everyone, mine)  # every rank receives every rank's tensor, in rank order
+    say(rank, f"all_gather: {[t.tolist() for t in everyone]}")
+
+    started = time.perf_counter()
+    time.sleep(0.3 * rank)  # the last rank arrives late
+    arrived = time.perf_counter()
+    dist.barrier()  # nobody leaves before everybody has arrived
+    say(rank, f"barrier: arrived after {arrived - started:.2f} s, left after "
+        f"{time.perf_counter() - started:.2f} s")
+
+
+def ddp_gradients(rank: int, world_size: int) -> None:
+    torch.manual_seed(0)  # the same model and the same batch on every rank
+    model = nn.Linear(4, 1)
+    images, targets = torch.randn(8, 4), torch.randn(8, 1)
+    whole = nn.functional.mse_loss(model(images), targets)
+    expected = torch.autograd.grad(whole, model.weight)[0]  # the gradient of the whole batch
+    ddp = DDP(model)  # keep a reference: its hooks all-reduce the gradients during backward()
+    half = slice(rank, None, world_size)  # this rank's half of the batch
+    nn.functional.mse_loss(ddp(images[half]), targets[half]).backward()
+    gap = (model.weight.grad - expected).abs().max().item()
+    say(rank, f"DDP gradient of my half == gradient of the whole batch: {gap < 1e-6} (max diff {gap:.1e})")
+
+
+def allreduce_ms(repeats: int) -> dict[int, float]:
+    """The fastest of ``repeats`` all_reduce calls per tensor size, in milliseconds."""
+    tensors = [torch.ones(size) for size in SIZES]
+    for values in tensors:
+        for _ in range(2):
+            dist.all_reduce(values)  # untimed: the first calls set up buffers and connections
+    fastest = [float("inf")] * len(SIZES)
+    for _ in range(repeats):
+        for i, values in enumerate(tensors):  # all sizes in turn: a burst of load hits each alike
+            dist.barrier()  # start together
+            started = time.perf_counter()
+            dist.all_reduce(values)
+            fastest[i] = min(fastest[i], time.perf_counter() - started)
+    return {size: 1e3 * seconds for size, seconds in zip(SIZES, fastest, strict=True)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15, help="timed rounds over the sizes")
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # one core per process
+    dist.init_process_group("gloo")  # torchrun's environment says who is who, and where to meet
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    try:
+        say(rank, f"world_size={world_size} backend={dist.get_backend()}")
+        collectives(rank, world_size)
+        ddp_gradients(rank, world_size)
+        timings = allreduce_ms(args.repeats)
+        if rank == 0:
+            say(rank, "all_reduce ms by size: " + " ".join(f"{n}:{ms:.3f}" for n, ms in timings.items()))
+    finally:
+        dist.destroy_process_group()  # on every way out, errors included
+
+
+if __name__ == "__main__":
+    main()
 
 # %% [markdown]
-# Light asserts on the printed values, so that running this notebook tests them:
+# ## Launching processes with torchrun
+# `torchrun --standalone --nproc-per-node=2 collectives.py` starts the 2 processes. `torchrun` is the script
+# that runs `python -m torch.distributed.run`, here with this kernel's interpreter; `--standalone` means
+# one machine and a private rendezvous on a free port. `run_command` (from `common.ddp.launch`) runs the
+# command as a subprocess with `OMP_NUM_THREADS=1`, so that each process takes one core, and raises with
+# what the processes printed if they fail. Both ranks print into the same pipe, one line at a time, so
+# their lines interleave; sorted by rank (a stable sort keeps each rank's own order) they read in turn:
 
 # %%
-out = done.stdout
-assert out.count("after=3") == 2 and out.count("[42.0, 7.0]") == 2
-assert out.count("[[0.0, 1.0], [10.0, 11.0]]") == 2
-assert "False" not in out.split("== barrier")[1]
+def torchrun_script(script: Path, nproc: int, *args: str) -> str:
+    """Run ``script`` under ``torchrun --standalone`` with ``nproc`` processes; return what they printed."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={nproc}", str(script), *args]
+    print("$ torchrun", *command[3:])
+    return run_command(command, timeout=300).stdout
+
+
+REPEATS = sized(15, quick=3)  # timed rounds over the sizes; 3 under `make test` (common/quick.py)
+printed = torchrun_script(RUNS / "collectives.py", 2, "--repeats", str(REPEATS))
+lines = sorted(printed.splitlines(), key=lambda line: line.split(":")[0])  # rank 0's lines, then rank 1's
+print("\n".join(lines))
+
+# %% [markdown]
+# Read from the top: both ranks print `world_size=2 backend=gloo`, the same job seen from each process.
+# In the all-reduce rank 0 contributed 1 and rank 1 contributed 2, and both now hold 3; DDP's gradient
+# averaging is this, divided by the world size. The broadcast overwrote rank 1's zeros with rank 0's
+# `[42.0, 7.0]` (DDP does this with the initial weights). After the all-gather each rank holds both
+# tensors, in rank order. At the barrier rank 0 arrived at once and left when rank 1 came, 0.3 s later.
+# And after `backward()` on its own half of the batch, each rank holds the gradient of the *whole* batch:
+# during the backward pass DDP all-reduced the gradients and divided them by 2 (the `ddp` wrapper must stay
+# referenced until then: its hooks do the all-reduce). Light asserts on the printed values, so that
+# running this notebook tests them:
+
+# %%
+def said(rank: int, start: str) -> str:
+    """What ``rank`` printed after ``start``."""
+    return next(line.split(start, 1)[1] for line in lines if line.startswith(f"rank {rank}: {start}"))
+
+
+assert [said(rank, "all_reduce(SUM) of rank + 1: ") for rank in (0, 1)] == ["1 -> 3", "2 -> 3"]
+assert [said(rank, "broadcast from rank 0: ") for rank in (0, 1)] == ["[42.0, 7.0]"] * 2
+assert [said(rank, "all_gather: ") for rank in (0, 1)] == ["[[0.0, 1.0], [10.0, 11.0]]"] * 2
+left = [float(said(rank, "barrier: ").split("left after ")[1].split()[0]) for rank in (0, 1)]
+assert min(left) >= 0.25, "nobody left the barrier before rank 1 arrived, 0.3 s late"
+assert all(said(rank, "DDP gradient of my half == gradient of the whole batch: ").startswith("True")
+           for rank in (0, 1))
 print("all collectives behaved as described")
+
+# %% [markdown]
+# **The same in `common`, with the hardening.** `common/ddp/collectives_demo.py` runs these steps as a
+# module (`torchrun ... -m common.ddp.collectives_demo`, the command `torchrun_command` builds). It also
+# runs without `torchrun` — one process, world size 1, every collective skipped (the section "One process
+# alone" below runs it so) — and it gathers every rank's line to rank 0 (`gather_objects`), which prints
+# them in rank order, so its output never interleaves. Its collectives:
+
+# %%
+print("$ torchrun", *torchrun_command("common.ddp.collectives_demo", nproc_per_node=2)[3:])
+show_source(demo_collectives)
 
 # %% [markdown]
 # ## What an all-reduce costs
@@ -172,9 +305,9 @@ for world_size in (2, 8, 64):
 # *Reduce-scatter leaves each rank one fully summed chunk (Σ), all-gather passes those around; each rank only ever talks to its neighbour.*
 
 # %% [markdown]
-# The demo above also timed `all_reduce` at each tensor size on the 2 gloo processes: two untimed calls
-# per size first (they set up buffers), then 15 rounds over all sizes in turn, reporting the fastest call
-# of each size. On a machine shared with other programs a median still carries their interruptions (one
+# `collectives.py` above also timed `all_reduce` at each tensor size on the 2 gloo processes (`allreduce_ms`):
+# two untimed calls per size first (they set up buffers), then 15 rounds over all sizes in turn (`REPEATS`;
+# 3 under `make test`), keeping the fastest call of each size. On a machine shared with other programs a median still carries their interruptions (one
 # rank paused while the other waits); the fastest call is what the collective itself costs. Small
 # tensors all cost about the same fixed latency (the round trips); past a few hundred kilobytes the time
 # grows with the bytes.
@@ -182,9 +315,9 @@ for world_size in (2, 8, 64):
 # ready, during the backward pass, instead of one call per parameter tensor.
 
 # %%
-cost_line = out.split("== all_reduce milliseconds")[1].splitlines()[1]
-cost = pd.Series({int(k): float(v) for k, v in (pair.split(":") for pair in cost_line.split(": ", 1)[1].split())})
-assert list(cost.index) == list(COST_SIZES) and cost.iloc[-1] > cost.iloc[0]
+cost_line = said(0, "all_reduce ms by size: ")  # "256:0.05 4096:0.06 ...": float32 values, milliseconds
+cost = pd.Series({int(k): float(v) for k, v in (pair.split(":") for pair in cost_line.split())})
+assert len(cost) == 6 and cost.iloc[-1] > cost.iloc[0]
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.loglog(cost.index * 4, cost.values, marker="o")
 ax.axvline(n_params * 4, color="grey", linestyle="--", label=f"SmallCNN's gradients ({n_params * 4 / 1e3:.0f} kB)")
@@ -202,7 +335,7 @@ print((cost.rename("ms").rename_axis("float32 values")).to_frame().T.round(3))
 
 # %% [markdown]
 # ## One process alone
-# The same demo also runs without `torchrun`: no process group, world size 1, every collective a no-op.
+# `common.ddp.collectives_demo` also runs without `torchrun`: no process group, world size 1, every collective a no-op.
 # Training code written this way needs no second version for a laptop. Here it runs right in this kernel:
 
 # %%
@@ -546,14 +679,6 @@ show_diff(single, ddp, before_name="single.py", after_name="ddp.py", context=0)
 # first line is rank 0 saying which device the ranks took:
 
 # %%
-def torchrun_script(script: Path, nproc: int, *args: str) -> str:
-    """Run ``script`` under ``torchrun --standalone`` with ``nproc`` processes; return what they printed."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={nproc}", str(script), *args]
-    print("$ torchrun", *command[3:])
-    return run_command(command, timeout=300).stdout
-
-
 def read_logs(out: Path) -> list[dict]:
     """Every rank's log, in rank order."""
     return [json.loads(p.read_text()) for p in sorted(out.glob("log_rank*.json"))]
@@ -869,8 +994,9 @@ show_source(plan_device)
 # ## Summary
 # - A distributed job is N processes running one script; `torchrun` starts them and sets `RANK`,
 #   `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`; its agent's `TCPStore` is the rendezvous.
-# - `all_reduce`, `broadcast`, `all_gather`, `barrier` are the building blocks; an all-reduce costs a fixed
-#   latency plus time per byte, which is why DDP buckets gradients and overlaps them with `backward()`.
+# - `all_reduce`, `broadcast`, `all_gather`, `barrier` are the building blocks, and every rank must call
+#   each of them; an all-reduce costs a fixed latency plus time per byte, which is why DDP buckets
+#   gradients and overlaps them with `backward()`.
 # - Each rank picks its device first: its own GPU (`cuda:{local_rank}`, NCCL) when the machine has one per
 #   rank, else the CPU with gloo (fewer GPUs than ranks, a Mac, `COMPANION_DEVICE=cpu`);
 #   `common.device.plan_device` is the same rule as a pure function.
@@ -886,10 +1012,11 @@ show_source(plan_device)
 # - Prefer DDP to `DataParallel`: one process per device, no per-step model copies, no GIL contention.
 #
 # ## Exercises
-# 1. Run the collectives demo with `--nproc_per_node=3` (edit `nproc_per_node`). Which printed values change, and how?
+# 1. Run `collectives.py` on 3 processes (the `2` in its `torchrun_script` call). Which printed values change, and how?
 # 2. Remove `set_epoch` from `ddp.py` (edit `step2`) and rerun: which assert fails, and why?
-# 3. Make rank 1 skip the barrier in a copy of `common/ddp/collectives_demo.py`. What happens, and how long
-#    until gloo gives up? (Set a short `timeout` in `init_process_group` before trying.)
+# 3. Make rank 1 skip the barrier in `collectives.py` (edit its cell, run it, rerun the launch). What happens,
+#    and how long until gloo gives up? (Set a short `timeout` in `init_process_group` before trying;
+#    Chapter 4.2's section on debugging a hung job shows how to find the rank that went missing.)
 # 4. Run `ddp.py` with `--batch-size 8` and `--batch-size 128`. How do the data-wait fraction and the
 #    timeline change, and why?
 # 5. Give `ddp_cached.py` DataLoader workers (`num_workers=1`) instead of the cache, and compare the

@@ -9,6 +9,7 @@
 # - How rank 0 logs and writes atomic snapshots, and how a run resumes from one — exactly
 # - What happens when a worker dies: `torchrun --max-restarts` restarts the group, which resumes
 # - Why 2 processes give the same weights as 1 (and when they do not: BatchNorm)
+# - How to find what hangs a job: `TORCH_DISTRIBUTED_DEBUG=DETAIL`, timeouts, and a stack dump of every rank
 # - Gradient accumulation with `no_sync`, mixed precision on GPUs, and launching on N GPUs and machines
 
 # %% [markdown]
@@ -40,7 +41,11 @@ else:
 import io
 import json
 import os
+import re
 import shutil
+import subprocess
+import sys
+import textwrap
 import time
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -49,6 +54,7 @@ from unittest.mock import patch
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+from torch.distributed.constants import default_pg_nccl_timeout, default_pg_timeout
 from torch.utils.data import DistributedSampler
 
 from common import (
@@ -66,7 +72,8 @@ from common import (
 from common.ddp.bench import WIDTH, benchmark, setups, steps_within_epoch, summarize
 from common.ddp.config import TINY
 from common.ddp.data import NormalizeCollate, build_loaders, cached_split
-from common.ddp.launch import RESTART_SAFE_ENV, run_command, torchrun_command
+from common.ddp.debugging import arm_stack_dump, hung_ranks, read_stacks
+from common.ddp.launch import RESTART_SAFE_ENV, launch_env, run_command, torchrun_command
 from common.ddp.samplers import ShardSampler
 from common.ddp.snapshot import read_snapshot
 from common.ddp.train import main
@@ -78,6 +85,7 @@ device = get_device()
 data = ensure_data()
 RUNS = Path("../runs/04_2")
 shutil.rmtree(RUNS, ignore_errors=True)
+RUNS.mkdir(parents=True)
 print("device:", describe_device(device), "| runs in", RUNS.as_posix())
 
 # %% [markdown]
@@ -330,9 +338,204 @@ events.sort_values("time")[["event", "attempt", "step"]]
 
 # %%
 weights = torch.load(failed / "final.pt", weights_only=True)
+assert [r["step"] for r in records(failed / "log.jsonl", "simulated_failure")] == [3]
+assert [(r["attempt"], r["step"]) for r in records(failed / "log.jsonl", "resume")] == [(1, 2)]  # snapshot of step 2
 assert records(failed / "log.jsonl", "done")[0]["attempt"] == 1 and close_to_reference(weights)
 gap = max((weights[k] - ref_weights[k]).abs().max().item() for k in ref_weights)
 print(f"restarted 2-process run vs uninterrupted 1-process run: largest difference {gap:.1e}")
+
+# %% [markdown]
+# ## Debugging a hung or mismatched job
+# Every rank must call every collective, in the same order, with tensors of the same shapes: DDP's
+# gradient all-reduce included. A rank that skips one (stuck in its data loader, say, or leaving a loop
+# early) leaves the others waiting inside it, and a rank that calls a different one, or the same with
+# another shape, gets a garbled result or a hang. Left alone, a job waits until the process group's
+# timeout, which is long by default:
+
+# %%
+print(f"default timeouts: gloo {default_pg_timeout}, nccl {default_pg_nccl_timeout} (h:mm:ss)")
+
+# %% [markdown]
+# Three tools turn such a job into an answer, and a fourth is named for GPUs:
+#
+# - **`TORCH_DISTRIBUTED_DEBUG=DETAIL`** in the environment of `torchrun`: before each collective the ranks
+#   compare what they are about to call (operation, shapes, dtypes) and all raise if it differs; the
+#   comparison costs an extra exchange per collective, so it is for debugging runs only.
+# - **`init_process_group(timeout=...)`**: a collective that cannot complete raises after that long
+#   instead of waiting 30 minutes.
+# - **A stack dump of every rank**: the ranks that wait are all inside the same collective; the one that is
+#   *not* is the culprit, and its stack names the line. The standard library's `faulthandler` writes it,
+#   even from a process blocked inside C++ (a gloo or NCCL wait): on a signal (`faulthandler.register`,
+#   then `kill -USR1 <pid>` for a job that hangs now) or by a watchdog (`faulthandler.dump_traceback_later`:
+#   "if this step is still running in 1 s, dump my stack").
+# - On GPUs, **`NCCL_DEBUG=INFO`** (narrowed with `NCCL_DEBUG_SUBSYS=INIT,COLL`) makes NCCL log how it
+#   connected the ranks and each collective it runs; NCCL does not run on CPUs, so not here.
+#
+# The script below has two bugs on purpose. First the ranks call mismatched collectives: an all-reduce of
+# 2 values on rank 0 and of 3 on rank 1, then an all-reduce on rank 0 against a broadcast on rank 1. Then
+# rank 1 gets stuck loading its batch and never reaches the step's all-reduce. Each rank arms a 1-second
+# watchdog for the step, and the group's timeout is 3 s. The next cell writes it to `runs/04_2/bugs.py`:
+
+# %%
+# %%writefile ../runs/04_2/bugs.py
+"""Two bugs on purpose, on 2 gloo ranks: collectives that do not match, then a rank that hangs.
+
+    TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun --standalone --nproc_per_node=2 bugs.py --stacks stacks
+"""
+
+import argparse
+import datetime
+import faulthandler
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+
+def say(rank: int, text: str) -> None:
+    print(f"rank {rank}: {text}\n", end="", flush=True)  # one write per line: both ranks share a pipe
+
+
+def mismatched(rank: int) -> None:
+    try:
+        dist.all_reduce(torch.ones(2 + rank))  # 2 values on rank 0, 3 on rank 1
+    except RuntimeError as error:
+        say(rank, f"shapes: {error}")
+    try:
+        if rank == 0:
+            dist.all_reduce(torch.ones(2))
+        else:
+            dist.broadcast(torch.ones(2), src=0)  # another collective than rank 0's
+    except RuntimeError as error:
+        say(rank, f"operations: {error}")
+
+
+def load_batch(rank: int) -> torch.Tensor:
+    if rank == 1:
+        time.sleep(60)  # a stuck data loader: rank 1 never reaches the all-reduce
+    return torch.ones(2)
+
+
+def train_step(rank: int) -> None:
+    batch = load_batch(rank)
+    dist.all_reduce(batch)  # rank 0 waits here for rank 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stacks", type=Path, required=True, help="folder for the stack dumps")
+    parser.add_argument("--timeout", type=float, default=3.0, help="seconds a collective may wait")
+    args = parser.parse_args()
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    rank = dist.get_rank()
+    args.stacks.mkdir(parents=True, exist_ok=True)
+    dump = open(args.stacks / f"rank{rank}.stack", "w")  # stays open: faulthandler writes into it
+    try:
+        mismatched(rank)
+        faulthandler.dump_traceback_later(1.0, file=dump)  # a watchdog: still in the step after 1 s? dump
+        train_step(rank)
+        faulthandler.cancel_dump_traceback_later()
+    except RuntimeError as error:  # the timeout: rank 0's all-reduce gave up
+        say(rank, f"step: {error}")
+        raise SystemExit(1) from None
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+
+# %% [markdown]
+# Launched like every job of this chapter, with `TORCH_DISTRIBUTED_DEBUG=DETAIL` added to the environment
+# `launch_env` gives. The job is meant to fail, so the cell runs it with `subprocess.run` and keeps its
+# exit code instead of raising, and sorts the ranks' lines by rank:
+
+# %%
+stacks = RUNS / "bugs" / "stacks"
+command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           str(RUNS / "bugs.py"), "--stacks", str(stacks), "--timeout", "3"]
+started = time.perf_counter()
+job = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                     env={**launch_env(), "TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+printed = sorted(job.stdout.splitlines(), key=lambda line: line.split(":")[0])
+print(f"exit code {job.returncode} after {time.perf_counter() - started:.0f} s; {len(printed)} lines")
+assert job.returncode != 0, "the job must fail: one rank hangs"
+
+# %% [markdown]
+# **The mismatches.** `DETAIL` caught both before any data moved, on both ranks, and its message says
+# what each rank was about to run: rank 0's first error in full, then the last part of each:
+
+# %%
+def said(rank: int, start: str) -> str:
+    """What ``rank`` printed after ``start``."""
+    return next(line.split(start, 1)[1] for line in printed if line.startswith(f"rank {rank}: {start}"))
+
+
+print(textwrap.fill(said(0, "shapes: "), 110), end="\n\n")
+for rank in (0, 1):
+    for bug in ("shapes", "operations"):
+        message = said(rank, f"{bug}: ")
+        assert message.startswith("Detected mismatch between collectives on ranks"), message
+        print(f"rank {rank}, {bug}:", message.split("Collectives differ in the following aspects:")[1].strip())
+
+# %% [markdown]
+# Without `DETAIL` nothing compares the calls: gloo may return a wrong sum on one rank while the other
+# times out, and NCCL may hang or corrupt data. **The hang.** Rank 0 waited in the step's
+# all-reduce for 3 s, the group's timeout, then raised, and `torchrun` stopped rank 1 and failed the job.
+# Under `DETAIL` the wait is a *monitored barrier* that names the rank that never came; without it gloo
+# says only `Timed out waiting 3000ms for recv operation to complete`, and NCCL's watchdog `Watchdog
+# caught collective operation timeout`:
+
+# %%
+print("rank 0:", said(0, "step: "))
+assert re.search(r"Ranks? 1 failed to pass monitoredBarrier in 3000 ms", said(0, "step: "))
+
+# %% [markdown]
+# **The stack dumps.** A timeout says *that* a collective waited, and at best which rank it waited for;
+# the stacks say *where* each rank was. Each rank's watchdog wrote its stack to `stacks/rank<R>.stack`
+# after 1 s in the step. Read with a few lines (the files hold the build machine's paths, so only the
+# file names are printed), innermost frame first:
+
+# %%
+FRAME = re.compile(r'File "(.+)", line (\d+) in (.+)')
+
+
+def frames(rank: int) -> list[tuple[str, int, str]]:
+    """(file name, line, function) of each frame in rank ``rank``'s dump, innermost first."""
+    return [(Path(file).name, int(line), function)
+            for file, line, function in FRAME.findall((stacks / f"rank{rank}.stack").read_text())]
+
+
+for rank in (0, 1):
+    print(f"rank {rank}:", *(f"{file}:{line} in {function}" for file, line, function in frames(rank)),
+          sep="\n    ")
+
+# %% [markdown]
+# Rank 0 is inside torch's `all_reduce` (`distributed_c10d.py`), called from `train_step`: it waits. Rank 1
+# is not in any collective: it is the one that hangs, and its innermost frame is the line to read:
+
+# %%
+script = (RUNS / "bugs.py").read_text().splitlines()
+hung = [rank for rank in (0, 1) if frames(rank)[0][0] != "distributed_c10d.py"]
+file, line, function = frames(hung[0])[0]
+print(f"rank(s) {hung} not in a collective; rank {hung[0]} is at {file}:{line} in {function}:",
+      script[line - 1].strip())
+assert hung == [1] and function == "load_batch" and "time.sleep" in script[line - 1]
+
+# %% [markdown]
+# **The same in `common`, with the hardening:** `common.ddp.debugging`. `arm_stack_dump` registers both
+# ways to dump (the signal and, optionally, the watchdog) and writes the rank's pid next to its dump, so
+# that `signal_ranks` can signal every rank of a job that hangs right now; `read_stacks` waits for every
+# dump and names the ranks that wrote none; `hung_ranks` reads the main thread of the last dump of each
+# file, counts a rank as waiting inside `torch.distributed` *or* in autograd's backward (where DDP's
+# all-reduce waits), and gives each culprit's innermost frame of the job's own code. On these dumps:
+
+# %%
+culprits = hung_ranks(read_stacks(stacks, 2))
+print({rank: str(frame) for rank, frame in culprits.items()})
+assert list(culprits) == [1] and culprits[1].function == "load_batch"
+show_source(arm_stack_dump)
 
 # %% [markdown]
 # ## Gradient accumulation with `no_sync`
@@ -530,6 +733,9 @@ else:
 #   the epoch and every rank's RNG state; a resumed or restarted run matches an uninterrupted one exactly.
 # - 2 ranks with global batch B equal 1 process with batch B — with a normalisation that has no batch
 #   statistics (GroupNorm here, SyncBatchNorm on GPUs).
+# - A hung or mismatched job: `TORCH_DISTRIBUTED_DEBUG=DETAIL` names mismatched collectives, a process-group
+#   `timeout=` turns the wait into an error, and a stack dump of every rank (`faulthandler`) shows the one
+#   rank that is not waiting in a collective, at its line; on GPUs `NCCL_DEBUG=INFO` logs NCCL's side.
 # - `no_sync` turns K micro-batches into one all-reduce per optimizer step; `--amp` adds bfloat16 on GPUs.
 # - `--data-pipeline cache` feeds the run from Chapter 3's uint8 cache: the data wait falls from most of
 #   each step (Chapter 2's decoding) to a small share (under 10% on a CPU).
@@ -549,3 +755,6 @@ else:
 #    ratio of 2 ranks to 1 when both are waiting for data?
 # 5. The curves of the main run were still rising. Train it for 12 epochs, then with `--schedule cosine`
 #    (no warm-up) at the same `--lr 1e-2`. Which reaches the higher validation accuracy, and why?
+# 6. In `bugs.py`, let rank 1 call `dist.barrier()` where rank 0 all-reduces in `train_step` (and drop its
+#    sleep). Run it with and without `TORCH_DISTRIBUTED_DEBUG=DETAIL`: what does each run print, how long
+#    does it take, and what do the stack dumps show now that no rank is outside a collective?

@@ -6,7 +6,7 @@
 # - Why a map-style `Dataset` of millions of small files stops scaling, and what an iterable dataset over *shards* changes.
 # - The WebDataset shard format (`<key>.jpg` + `<key>.cls` in plain tar files) and a manifest with counts and checksums.
 # - How work is split by rank, then by DataLoader worker, so that every sample is seen exactly once.
-# - Why every rank must yield the same number of batches under DDP, and the pad/drop policies that guarantee it.
+# - Why every rank must yield the same number of batches under DDP, the pad/drop policies that guarantee it, and DDP's `Join`, which copes when they differ.
 # - How much a bounded shuffle buffer shuffles, measured; and training the Chapter 2 model from shards on 2 processes.
 
 # %% [markdown]
@@ -66,6 +66,7 @@ from common import (
     sized,
 )
 from common.data import CustomDataset
+from common.ddp.uneven import join_reference
 from common.shards import (
     ShardedImageDataset,
     ShardError,
@@ -397,6 +398,142 @@ print(worker_quotas(np.array([[260, 252], [192, 256]]), "pad").tolist(),
       worker_quotas(np.array([[260, 252], [192, 256]]), "drop").tolist())
 
 # %% [markdown]
+# ## Uneven batches with DDP's `Join`
+# Padding and dropping change the *data* so that every rank has the same number of batches. PyTorch's
+# `Join` context manager (`torch.distributed.algorithms.join`) takes the other way: the counts may differ,
+# and the *training* copes. Inside `with Join([model]):` a rank that runs out of batches does not leave:
+# it *joins*, and from then on it shadows the all-reduces that DDP still runs on the other ranks,
+# contributing zero gradients, until every rank has joined; then the weights of the rank that ran longest
+# are broadcast to all, so the replicas end equal. No sample is repeated or dropped.
+#
+# The script below shows both sides on 2 CPU ranks, with the batch counts of `equalize="none"` in the
+# table above: 16 on rank 0, 14 on rank 1. A linear model on random data stands in for the real one,
+# since only the number of batches matters here. It trains twice, each time in a process group of its
+# own: first in plain DDP (`Join(..., enable=False)` is a no-op), with a group timeout of 2 s so that the
+# wait of the rank left behind ends in an error instead of a hang; then inside `Join`. The next cell
+# writes it to `runs/05/uneven.py`:
+
+# %%
+# %%writefile ../runs/05/uneven.py
+"""DDP on ranks with different numbers of batches: plain, then inside Join.
+
+    torchrun --standalone --nproc_per_node=2 uneven.py --batches 16 14
+"""
+
+import argparse
+import datetime
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def say(rank: int, text: str) -> None:
+    print(f"rank {rank}: {text}\n", end="", flush=True)  # one write per line: both ranks share a pipe
+
+
+def train(model: DDP, batches: list, optimizer: torch.optim.Optimizer) -> None:
+    for inputs, labels in batches:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(inputs), labels).backward()  # DDP all-reduces here
+        optimizer.step()
+
+
+def run(batches: list, *, join: bool, timeout: float) -> torch.Tensor:
+    """Train a fresh model in a process group of its own; return its weights."""
+    rank = dist.get_rank()
+    group = dist.new_group(timeout=datetime.timedelta(seconds=timeout))
+    torch.manual_seed(0)  # the same initial weights on every rank
+    model = DDP(nn.Linear(8, 3), process_group=group)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    started = time.perf_counter()
+    try:
+        with Join([model], enable=join):  # a rank that runs out shadows the others' all-reduces
+            train(model, batches, optimizer)
+        say(rank, f"join={join}: trained on all {len(batches)} batches")
+    except RuntimeError as error:  # left waiting in an all-reduce: the timeout ended the wait
+        message = str(error).split("] ")[-1]  # without gloo's source file
+        say(rank, f"join={join}: failed after {time.perf_counter() - started:.1f} s: {message}")
+    dist.barrier()  # a rank that finished early waits here, not in the next run's all-reduces
+    dist.destroy_process_group(group)
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, nargs="+", required=True, help="batches per rank")
+    parser.add_argument("--timeout", type=float, default=2.0, help="seconds an all-reduce may wait")
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # one core per process
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    try:
+        generator = torch.Generator().manual_seed(rank)  # each rank its own data, its own count
+        batches = [(torch.randn(32, 8, generator=generator), torch.randint(3, (32,), generator=generator))
+                   for _ in range(args.batches[rank])]
+        run(batches, join=False, timeout=args.timeout)
+        weights = run(batches, join=True, timeout=args.timeout)
+        everyone = [torch.zeros_like(weights) for _ in range(dist.get_world_size())]
+        dist.all_gather(everyone, weights)
+        say(rank, f"join=True: weights equal on all ranks: {all(torch.equal(w, weights) for w in everyone)}")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+
+# %% [markdown]
+# Launched with `torchrun` on 2 processes, with the batch counts from the table (the ranks' lines
+# interleave in the pipe; sorted by rank they read in turn):
+
+# %%
+uneven = [int(n) for n in counts[counts.policy == "none"]["batches of 32"]]  # [16, 14]
+command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(scratch / "uneven.py"), "--batches", *map(str, uneven), "--timeout", "2"]
+done = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                      env={**os.environ, "OMP_NUM_THREADS": "1"})
+assert done.returncode == 0, done.stderr[-2000:]
+printed = sorted(done.stdout.splitlines(), key=lambda line: line.split(":")[0])
+print("\n".join(printed))
+
+# %% [markdown]
+# In plain DDP rank 1 finished its 14 batches, and rank 0 waited inside the all-reduce of its 15th for a
+# partner that never came, until the 2-second timeout failed it (with the default timeout of 30 minutes,
+# the job would simply have hung). Inside `Join` both ranks ran all their batches, and rank 1 ended with
+# the very weights rank 0 computed in its last two steps, which it never ran itself:
+
+# %%
+failed = next(line for line in printed if line.startswith("rank 0: join=False: "))
+assert "failed after" in failed and "Timed out" in failed, failed
+assert f"rank 1: join=False: trained on all {uneven[1]} batches" in printed
+assert all(f"rank {rank}: join=True: trained on all {uneven[rank]} batches" in printed for rank in (0, 1))
+assert all(f"rank {rank}: join=True: weights equal on all ranks: True" in printed for rank in (0, 1))
+print("plain DDP waits for the rank that ran out; Join finishes, with equal replicas")
+
+# %% [markdown]
+# What `Join` costs, and where it stops: every step runs one more small all-reduce (the ranks ask whether
+# anyone has joined). It shadows only the collectives of what it was given, DDP's all-reduces here (and
+# `ZeroRedundancyOptimizer`'s, if listed); any other collective in the loop, a metric summed with
+# `all_reduce` say, would still wait for the rank that has left. The steps in which some ranks have
+# joined divide the gradient by the *initial* world size (`divide_by_initial_world_size=True`), so they
+# are smaller steps. And `Join(..., throw_on_early_termination=True)` raises on every rank as soon as one
+# runs out: the "drop" policy, enforced by the loop. This chapter's training keeps the pad policy: quotas
+# planned from the manifest work with any loop and any collective, and keep every step an average over
+# the whole global batch.
+#
+# **The same in `common`, with the hardening:** `common/ddp/uneven.py` (`torchrun ... -m
+# common.ddp.uneven --batches 16 14`) runs both attempts with a checked command line, reports per rank
+# the steps run and the error (as JSON), and compares the weights with `join_reference`, the same training
+# replayed in one process, which makes "zero gradients over the initial world size" exact:
+
+# %%
+show_source(join_reference)
+
+# %% [markdown]
 # ## Shuffling quality vs buffer size
 # A streaming dataset cannot draw a random index; it shuffles in two cheap stages instead: a random
 # *shard order*, then a *shuffle buffer* of `buffer_size` samples from which it emits a random one and
@@ -549,7 +686,7 @@ except ShardError as error:
 # - A map-style dataset opens one file per sample; at scale, stream few large **shards** sequentially with an `IterableDataset`.
 # - Shards here are plain tars in the WebDataset convention plus a manifest of counts and sha256, written deterministically by `data_scripts/make_shards.py`.
 # - Split shards by rank, then by worker: every sample exactly once across `world_size × num_workers` consumers.
-# - Under DDP every rank needs the same number of batches: pad or drop to equal per-worker quotas computed from the manifest.
+# - Under DDP every rank needs the same number of batches: pad or drop to equal per-worker quotas computed from the manifest, or let the counts differ inside DDP's `Join([model])`, where a rank that runs out shadows the others' all-reduces (DDP's only).
 # - A shuffle buffer only mixes within its span: make it several shards long, or shuffle before sharding.
 #
 # ## Exercises
@@ -558,3 +695,4 @@ except ShardError as error:
 # 3. Add a `--persistent-workers` flag to `common/shards/train.py` and show that `set_epoch` no longer changes the order. Why?
 # 4. Train from `webdataset` with `wds.split_by_node`, `wds.split_by_worker` and `.with_epoch(n)`: what plays the role of `equalize` there?
 # 5. Give `common/shards/train.py` a one-cycle learning-rate schedule (as `common.ddp.train --schedule onecycle` has) and compare the last epochs' validation accuracy with this run's.
+# 6. In `uneven.py`, sum the loss over the ranks with `dist.all_reduce(loss.detach())` inside `train` (a metric) and rerun the launch. What happens inside `Join`, and why?

@@ -9,6 +9,9 @@
 # - FSDP2's `fully_shard`, written in a script in this notebook: per block and on the root, with
 #   DTensor placements and local shard shapes printed by each of 2 ranks
 # - That 2 FSDP ranks with a global batch `B` learn the same weights as 1 process with batch `B`
+# - A model built on the meta device, sharded, then filled by `to_empty` and `reset_parameters` or from
+#   rank 0's full state dict; gradient accumulation with `set_requires_gradient_sync`; and
+#   `clip_grad_norm_` on DTensors: all three on 2 ranks, against one process
 # - Bytes per rank measured from the local shards, and samples/s, FSDP vs DDP side by side
 # - `reshard_after_forward`, prefetching and `MixedPrecisionPolicy` — and `common.fsdp.train`, the same script grown up
 
@@ -42,17 +45,22 @@ import inspect
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+from torch import nn
 
 from common import get_device, seed_everything
 from common.ddp.launch import run_command
 from common.fsdp.bench import BenchConfig, compare
+from common.fsdp.meta import load_full_state_dict, materialize
 from common.fsdp.sharding import bytes_per_rank, shard_model
+from common.fsdp.train import gradient_sync
 from common.models import SmallCNN, count_parameters
+from common.source import show_source
 
 seed_everything(0)
 device = get_device()
@@ -196,6 +204,271 @@ print(f"max |difference| {max((one[k] - two[k]).abs().max().item() for k in one)
       f"bytes per FSDP rank / one full copy = {ratio:.3f}")
 
 # %% [markdown]
+# ## A model too big to build: the meta device, `to_empty`, a full state dict
+# The script above builds the whole model on every rank and only then shards it: for a moment each
+# rank holds all of it, which a model that does not fit one device cannot afford. Built under
+# `torch.device("meta")`, a module gets parameters with shapes and dtypes but no storage, so a layer of
+# 2.5 B parameters costs nothing to build:
+
+# %%
+start = time.perf_counter()
+with torch.device("meta"):
+    huge = nn.Linear(50_000, 50_000)  # 10 GB of float32, if it were allocated
+built_in = time.perf_counter() - start
+assert huge.weight.is_meta and huge.weight.shape == (50_000, 50_000)
+print(f"{huge.weight.numel() / 1e9:.1f} B parameters on {huge.weight.device}, "
+      f"{huge.weight.numel() * 4 / GB:.0f} GB if allocated, built in {built_in * 1e3:.1f} ms")
+
+# %% [markdown]
+# Three steps turn such a model into a trainable one. `fully_shard` needs only the shapes, so it cuts
+# the meta model into `Shard(0)` pieces; `model.to_empty(device=...)` allocates this rank's shards,
+# *uninitialised* (they hold whatever the memory held); and each layer's `reset_parameters()`, the
+# method its `__init__` calls, fills them. In one process, without sharding, the first three values of
+# a weight after each step:
+
+# %%
+torch.manual_seed(0)
+with torch.device("meta"):
+    small = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 6))
+small.to_empty(device="cpu")  # allocated, not initialised
+print("after to_empty:        ", small[0].weight[0, :3].tolist())
+for module in small.modules():
+    if hasattr(module, "reset_parameters"):
+        module.reset_parameters()  # what each layer's __init__ does
+print("after reset_parameters:", small[0].weight[0, :3].tolist())
+
+# %% [markdown]
+# With the same seed that is exactly the model an ordinary build makes: building on the meta device drew
+# no random numbers, and `reset_parameters` draws them in the same order as `__init__` would have:
+
+# %%
+torch.manual_seed(0)
+eager = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 6))
+assert all(torch.equal(a, b) for a, b in zip(small.parameters(), eager.parameters(), strict=True))
+print("meta + to_empty + reset_parameters == an ordinary build, both with seed 0")
+
+# %% [markdown]
+# The other way to fill the shards is the one a model too big for one device usually takes: a **full
+# state dict** (a pretrained model, or one saved with `torch.save`) that only rank 0 reads.
+# `set_model_state_dict(model, full_sd, options=StateDictOptions(full_state_dict=True,
+# broadcast_from_rank0=True))` broadcasts it one tensor at a time, and each rank keeps only its shard
+# of each tensor; the other ranks pass `{}`. So the whole model exists only once, in rank 0's CPU
+# memory, which is usually much larger than a GPU's.
+
+# %% [markdown]
+# ## Accumulating and clipping sharded gradients
+# Two more idioms of a training loop change under FSDP:
+#
+# - **Gradient accumulation.** A global batch too big for memory is split into micro-batches whose
+#   gradients add up before one optimizer step. Every FSDP `backward()` would also reduce-scatter;
+#   `model.set_requires_gradient_sync(False)` skips that (FSDP2's version of DDP's `no_sync()`), and
+#   `set_requires_gradient_sync(True)` before the last micro-batch reduce-scatters the sum. In between,
+#   each rank keeps the *unsharded* gradient of every unit (`unsharded_accumulated_grad` in torch's
+#   `FSDPParam`): fewer collectives, for the memory of a whole gradient. Where that does not fit, sync
+#   on every micro-batch and let the sharded gradients add up instead.
+# - **Gradient clipping.** `clip_grad_norm_` scales all gradients by `max_norm / total norm`, and the
+#   total norm is over *all* of them, while each rank holds only its shards. On DTensors,
+#   `torch.nn.utils.clip_grad_norm_` computes the full gradient's norm (the shards' squared norms,
+#   summed over the ranks), so every rank clips by the same factor; a norm of the local shards alone
+#   would differ from rank to rank.
+#
+# In one process, two half-batches whose losses are each divided by 2 give the whole batch's gradient,
+# because `backward()` adds into `.grad`:
+
+# %%
+gen = torch.Generator().manual_seed(1)
+images, labels = torch.randn(16, 64, generator=gen), torch.randint(0, 6, (16,), generator=gen)
+nn.functional.cross_entropy(eager(images), labels).backward()
+whole = [p.grad.clone() for p in eager.parameters()]
+eager.zero_grad()
+for x, y in zip(images.chunk(2), labels.chunk(2), strict=True):
+    (nn.functional.cross_entropy(eager(x), y) / 2).backward()  # adds into .grad
+gap = max((p.grad - w).abs().max().item() for p, w in zip(eager.parameters(), whole, strict=True))
+assert gap < 1e-6
+print(f"max |accumulated - whole batch| = {gap:.1e}")
+
+# %% [markdown]
+# ## The three, on 2 FSDP ranks
+# The script below does all three in one `torchrun` launch. It takes `build_model` from `fsdp_script.py`
+# (torchrun puts a script's folder on `sys.path`), builds it on the meta device, shards it and allocates
+# the shards; initialises them with `reset_parameters`; then loads rank 0's full state dict; accumulates
+# two micro-batches per rank; and clips. Each rank also builds the one-process model, unsharded (it is
+# tiny), and reports how far the sharded one is from it:
+
+# %%
+# %%writefile ../runs/06_1/fsdp_idioms.py
+import json
+import os
+
+import torch
+import torch.distributed as dist
+from fsdp_script import build_model  # seed 0, 4 blocks and a head, as above
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from torch.distributed.fsdp import fully_shard
+
+
+def sharded_on_meta() -> nn.Module:
+    with torch.device("meta"):
+        model = build_model()  # shapes only: no memory, no values
+    for block in model[:-1]:
+        fully_shard(block)
+    fully_shard(model)            # cut into Shard(0) pieces from the shapes alone
+    model.to_empty(device="cpu")  # this rank's shards, allocated, uninitialised
+    return model
+
+
+def accumulate(model: nn.Module, micro_batches: list) -> bool:
+    """Backward on each micro-batch, reduce-scatter after the last; True if no sharded
+    gradient existed before the last one."""
+    for index, (x, y) in enumerate(micro_batches):
+        last = index == len(micro_batches) - 1
+        model.set_requires_gradient_sync(last)  # False: keep the unsharded gradient here
+        untouched = all(p.grad is None for p in model.parameters())
+        (nn.functional.cross_entropy(model(x), y) / len(micro_batches)).backward()
+    return untouched
+
+
+def farthest(sharded, plain) -> float:
+    return max((s.full_tensor() - p).abs().max().item() for s, p in zip(sharded, plain, strict=True))
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    reference = build_model()  # what one process trains: unsharded
+    model = sharded_on_meta()
+    for module in model.modules():  # a fresh start: each layer initialises its own shards
+        if hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+    weight = model[0][0].weight.full_tensor()
+    report = {"rank": rank, "reset: rows 0-31 == rows 32-63": torch.equal(weight[:32], weight[32:])}
+    full = reference.state_dict() if rank == 0 else {}  # only rank 0 holds the full state dict
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True,
+                                                               broadcast_from_rank0=True))
+    report["loaded: max |w - one process|"] = farthest(model.parameters(), reference.parameters())
+    gen = torch.Generator().manual_seed(1)
+    images, labels = torch.randn(16, 64, generator=gen), torch.randint(0, 6, (16,), generator=gen)
+    nn.functional.cross_entropy(reference(images), labels).backward()  # one batch of 16
+    x, y = images.chunk(world_size)[rank], labels.chunk(world_size)[rank]  # this rank's 8
+    micro_batches = list(zip(x.chunk(2), y.chunk(2), strict=True))  # 2 of 4
+    report["no sharded grad until the last"] = accumulate(model, micro_batches)
+    grads, plain = [p.grad for p in model.parameters()], [p.grad for p in reference.parameters()]
+    report["accumulated: max |g - one batch|"] = farthest(grads, plain)
+    local = torch.stack([torch.linalg.vector_norm(g.to_local()) for g in grads])
+    report["norm of the local shards"] = torch.linalg.vector_norm(local).item()
+    total = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.1)  # a DTensor
+    report["clip_grad_norm_: total norm"] = total.full_tensor().item()
+    one_process = torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm=0.1)
+    report["one process: total norm"] = one_process.item()
+    report["clipped: max |g - one process|"] = farthest(grads, plain)
+    with open(os.path.join(os.path.dirname(__file__), f"idioms_rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+
+# %% [markdown]
+# One launch on 2 processes; each rank's report is a column:
+
+# %%
+idioms = str(RUNS / "fsdp_idioms.py")
+run_command([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", idioms])
+report = pd.DataFrame([json.loads(p.read_text()) for p in sorted(RUNS.glob("idioms_rank*.json"))])
+report = report.set_index("rank")
+report.T
+
+# %% [markdown]
+# Row by row, checked (`report` has one row per rank):
+
+# %%
+assert report["loaded: max |w - one process|"].eq(0).all()  # a copy: exactly one process's weights
+assert report["no sharded grad until the last"].all()  # set_requires_gradient_sync(False) held them back
+assert report[["accumulated: max |g - one batch|", "clipped: max |g - one process|"]].max().max() < 1e-6
+totals = report["clip_grad_norm_: total norm"]
+assert (totals - report["one process: total norm"]).abs().max() < 1e-6 and totals.min() > 0.1  # it clipped
+assert (report["norm of the local shards"] < totals).all()  # a local norm is not the norm
+assert report["reset: rows 0-31 == rows 32-63"].all()  # see below
+print(f"total norm {totals[0]:.4f} on both ranks and in one process; local norms "
+      f"{report['norm of the local shards'].round(4).tolist()}")
+
+# %% [markdown]
+# - **Loaded**: the sharded model holds exactly the one-process weights (difference 0): the shards are
+#   copies of rank 0's tensors.
+# - **Accumulated**: before the last micro-batch no sharded gradient existed yet, and after it each rank's
+#   shard of the gradient is the one-batch gradient's, within float32 rounding: two ranks × two
+#   micro-batches of 4, each loss divided by 2, averaged by the reduce-scatter, is the mean over 16.
+# - **Clipped**: `clip_grad_norm_` returned the same total norm on both ranks, the one-process norm, and
+#   clipped to the same gradients; the norm of a rank's own shards is smaller, and different on each.
+# - **Reset**: `reset_parameters` on the shards gave rows 0–31 (rank 0's shard) equal to rows 32–63
+#   (rank 1's). Both ranks were seeded alike and each drew its `(32, 64)` shard from the start of the
+#   same random stream. DTensor's random operators are meant to give each shard its own part of one
+#   stream; on a CPU device mesh they do not (torch warns "DTensor random operators may not have complete
+#   support on cpu device mesh"). A fresh start on CPU ranks therefore needs another seed on each rank
+#   (distinct shards, though not one process's weights) or, to equal one process exactly, a full state
+#   dict from rank 0.
+
+# %% [markdown]
+# ### The same in `common`, with the hardening
+# `common.fsdp.meta` holds both ways of filling the shards. `materialize` is `to_empty` plus the
+# `reset_parameters` loop, with one check first: a module that holds parameters or buffers of its own
+# but has no `reset_parameters` would keep whatever the memory held, so it is refused, by name, before
+# anything is allocated:
+
+# %%
+show_source(materialize)
+
+# %% [markdown]
+# The usual culprit is a small module of one's own, such as a learned gain set to ones in `__init__`:
+
+# %%
+class Gain(nn.Module):
+    def __init__(self, features: int) -> None:
+        super().__init__()
+        self.gain = nn.Parameter(torch.ones(features))  # set here, and in no reset_parameters
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gain
+
+
+with torch.device("meta"):
+    gained = nn.Sequential(nn.Linear(64, 64), Gain(64))
+try:
+    materialize(gained, "cpu")
+except ValueError as error:
+    print(error)
+assert gained[1].gain.is_meta  # refused before anything was allocated
+
+# %% [markdown]
+# `load_full_state_dict(model, full_sd)` is the broadcast load (the other ranks pass `None`). Rank 0
+# first compares the dict's names and shapes with the model's and sends its verdict to every rank, so a
+# dict that does not fit raises the same `ValueError` on all of them, naming the keys. Without the
+# check, rank 0 fails inside the broadcast with an error that names no key, and the other ranks learn of
+# it only when rank 0's exit closes their connections (seen with torch 2.14; `common`'s check on 2 ranks
+# is tested in `tests/system/test_fsdp_meta_processes.py`). In one process, a dict that lacks a bias:
+
+# %%
+try:
+    load_full_state_dict(small, {k: v for k, v in eager.state_dict().items() if k != "2.bias"},
+                         source="eager's state dict")
+except ValueError as error:
+    print(error)
+
+# %%
+show_source(load_full_state_dict)
+
+# %% [markdown]
+# `common.fsdp.train --grad-accum K` accumulates through `gradient_sync`, one switch for both
+# strategies: `set_requires_gradient_sync` under FSDP2, `no_sync()` under DDP. It does not clip; a
+# `clip_grad_norm_` between the last micro-batch's backward and `optimizer.step()` works unchanged on
+# the sharded parameters, as the script showed.
+
+# %%
+show_source(gradient_sync)
+
+# %% [markdown]
 # ## Three knobs: `reshard_after_forward`, prefetching, `MixedPrecisionPolicy`
 # - `fully_shard(block, reshard_after_forward=True)` frees a unit's gathered parameters right after its
 #   forward and gathers them again in backward: ZeRO-3. `False` keeps them until backward — more memory,
@@ -267,6 +540,10 @@ print(f"FSDP / DDP on these {BenchConfig().ranks} CPU ranks: samples/s "
 #   optimizer afterwards.
 # - 2 FSDP ranks with global batch `B` learn what 1 process with batch `B` learns, within float32 rounding.
 # - Measured from local shards, a rank holds about `1/N` of the bytes; the cost is communication per unit.
+# - A model too big for one device: build it on `torch.device("meta")`, `fully_shard` it, `to_empty`,
+#   then fill it from rank 0's full state dict (`set_model_state_dict(..., broadcast_from_rank0=True)`);
+#   accumulate with `set_requires_gradient_sync(False)`, and clip with `clip_grad_norm_`, which takes
+#   the norm of the whole sharded gradient.
 
 # %% [markdown]
 # ## Exercises
@@ -276,4 +553,8 @@ print(f"FSDP / DDP on these {BenchConfig().ranks} CPU ranks: samples/s "
 #    does not divide by 3? (Look at the local shapes on each rank.)
 # 3. Use `bytes_per_rank` to find the smallest number of ranks on which a 7B model fits in 80 GB per
 #    rank (parameters, gradients, AdamW state) under ZeRO-1, ZeRO-2 and ZeRO-3.
-# 4. The graded exercises: [`exercises/ex06_fsdp_checkpoints.ipynb`](exercises/ex06_fsdp_checkpoints.ipynb).
+# 4. In `fsdp_idioms.py`, compute the total gradient norm by hand from the local shards (square, sum,
+#    `dist.all_reduce`, square root) and check that it equals what `clip_grad_norm_` returned.
+# 5. Call `torch.manual_seed(rank)` before the `reset_parameters` loop of `fsdp_idioms.py`. Are the two
+#    halves of the weight still equal? Is the model then one process's?
+# 6. The graded exercises: [`exercises/ex06_fsdp_checkpoints.ipynb`](exercises/ex06_fsdp_checkpoints.ipynb).

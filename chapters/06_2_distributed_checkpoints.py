@@ -7,8 +7,9 @@
 # - `torch.distributed.checkpoint` (DCP) with `get_state_dict` / `set_state_dict`: one file per rank plus `.metadata`
 # - That a checkpoint written by 2 FSDP ranks loads on 1 and on 3 ranks (resharding), and training
 #   goes on to the same weights as an uninterrupted run
-# - Atomic saves: a worker SIGKILLed inside a save, `torchrun --max-restarts=1`, and the restart from
-#   the previous checkpoint
+# - DCP's `Stateful` protocol: an `AppState` whose `state_dict` and `load_state_dict` DCP calls itself
+# - Atomic saves, written out (a temporary folder, `fsync`, a rename) and then for real: a worker
+#   SIGKILLed inside a save, `torchrun --max-restarts=1`, and the restart from the previous checkpoint
 # - Clear errors for a checkpoint of another model, a missing shard file, a truncated `.metadata`
 # - `dcp_to_torch_save` for inference and back; what `dcp.async_save` overlaps, timed
 #
@@ -40,9 +41,11 @@ else:
 # %%
 import io
 import json
+import os
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -51,20 +54,25 @@ import pandas as pd
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.stateful import Stateful
 
 from common import ensure_data, get_device, seed_everything
 from common.ddp.launch import run_command, torchrun_command
+from common.fsdp import checkpoint as fsdp_checkpoint
 from common.fsdp.checkpoint import (
     CheckpointError,
     async_save_checkpoint,
     from_torch_save,
     load_checkpoint,
+    save_checkpoint,
     to_torch_save,
     training_state,
 )
 from common.fsdp.train import main
 from common.models import SmallCNN, batchnorm_to_groupnorm
+from common.source import show_source
 
 # Without a process group DCP warns that it assumes a single process: here that is the intent.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
@@ -105,6 +113,64 @@ dcp.load(state, checkpoint_id=RUNS / "inline")
 set_state_dict(fresh, fresh_optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameters(), strict=True))
 print("loaded:", list(state["model"]), "| exp_avg entries:", len(state["optim"]["state"]))
+
+# %% [markdown]
+# ## DCP's `Stateful` protocol: values that save and load themselves
+# The steps around `dcp.save` and `dcp.load` (`get_state_dict` before, `set_state_dict` after) can
+# live in the value being saved. DCP treats any value with a `state_dict()` and a `load_state_dict()`
+# as `Stateful` (a protocol in `torch.distributed.checkpoint.stateful`): `dcp.save` calls its
+# `state_dict()`, and `dcp.load` reads into that dict and then hands it to its `load_state_dict()`.
+# The PyTorch DCP tutorial wraps the model and its optimizer this way:
+
+# %%
+class AppState(Stateful):
+    """A model and its optimizer, as one value that DCP saves and loads."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.model, self.optimizer = model, optimizer
+
+    def state_dict(self) -> dict:
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        return {"model": model_state, "optim": optim_state}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        set_state_dict(self.model, self.optimizer, model_state_dict=state_dict["model"],
+                       optim_state_dict=state_dict["optim"])
+
+
+dcp.save({"app": AppState(model, optimizer)}, checkpoint_id=RUNS / "stateful")
+sorted(p.name for p in (RUNS / "stateful").iterdir())
+
+# %% [markdown]
+# Loading is one call now: a fresh model and optimizer, wrapped, and `dcp.load`. No optimizer step is
+# needed first (`get_state_dict` creates AdamW's state to load into), and no `set_state_dict` after:
+
+# %%
+again = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+again_optimizer = torch.optim.AdamW(again.parameters(), lr=0.1)
+dcp.load({"app": AppState(again, again_optimizer)}, checkpoint_id=RUNS / "stateful")
+assert all(torch.equal(a, b) for a, b in zip(again.parameters(), model.parameters(), strict=True))
+moments = [o.state_dict()["state"][0]["exp_avg"] for o in (again_optimizer, optimizer)]
+assert torch.equal(*moments)
+print("weights and AdamW moments loaded by dcp.load alone; exp_avg of 0.weight:", tuple(moments[0].shape))
+
+# %% [markdown]
+# A model and a scheduler are `Stateful` as they are; so is an optimizer, but its own `state_dict()`
+# keys the state by position in the parameter list, which changes with the model's wrapping, while
+# `get_state_dict` keys it by parameter name. That is why `AppState` goes through `get_state_dict`:
+
+# %%
+scheduler = torch.optim.lr_scheduler.StepLR(torch.optim.SGD(nn.Linear(2, 2).parameters()), step_size=1)
+print({name: isinstance(value, Stateful) for name, value in
+       {"AppState": AppState(model, optimizer), "nn.Module": model, "scheduler": scheduler}.items()})
+print("optimizer.state_dict() keys:", list(optimizer.state_dict()["state"])[:2],
+      "| get_state_dict keys:", list(get_state_dict(model, optimizer)[1]["state"])[:2])
+
+# %% [markdown]
+# `common.fsdp.checkpoint` keeps the two steps explicit instead (`training_state` calls `get_state_dict`,
+# `load_checkpoint` calls `set_state_dict`), because it checks in between: the checkpoint's files and
+# digests, and the loader position and settings it holds, all before the model is touched. A
+# `load_state_dict` that `dcp.load` calls runs as soon as the tensors are read.
 
 # %% [markdown]
 # ## The grown-up version: `common.fsdp.checkpoint`
@@ -208,16 +274,139 @@ pd.DataFrame(rows)
 # *The checkpoint's two files are cut along rows, not ranks: three ranks load it by reading the rows they need, the middle rank from both files.*
 
 # %% [markdown]
+# ## Publishing a checkpoint atomically
+# A save takes a while (minutes for a large model), and a job can die in the middle of one: a kill, a
+# preemption, a machine gone. The resume that follows must never take half a checkpoint for a whole
+# one. The recipe has three steps: write everything under a hidden temporary name; force the bytes to
+# the disk (`os.fsync`: otherwise a power cut can leave a renamed folder of empty files); then rename
+# the folder to its real name. A reader looks only at real names. First two helpers: `fsync` of a file
+# or of a folder (whose contents are its list of names), and the reader a resume uses:
+
+# %%
+def fsync(path: Path) -> None:
+    """Force a file's bytes, or a folder's list of names, to the disk (POSIX)."""
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def newest(root: Path) -> str | None:
+    """What a resume picks: the highest step-NNNNNN; hidden names (.step-...) do not count."""
+    steps = sorted(p.name for p in root.iterdir() if p.name.startswith("step-"))
+    return steps[-1] if steps else None
+
+
+names = RUNS / "names"
+for name in ("step-000001", ".step-000002.tmp"):
+    (names / name).mkdir(parents=True)
+print(sorted(p.name for p in names.iterdir()), "-> newest:", newest(names))
+
+# %% [markdown]
+# The writer: `write(tmp)` is whatever fills a folder, `dcp.save` here.
+
+# %%
+def publish(root: Path, step: int, write: Callable[[Path], None]) -> Path:
+    final, tmp = root / f"step-{step:06d}", root / f".step-{step:06d}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)  # left by a writer that died before
+    tmp.mkdir(parents=True)
+    write(tmp)  # a death here leaves only the hidden folder
+    for file in tmp.iterdir():
+        fsync(file)  # the bytes are on the disk before any name points at them
+    fsync(tmp)
+    tmp.rename(final)  # the atomic step: step-NNNNNN appears complete, or not at all
+    fsync(root)  # and the rename itself survives a power cut
+    return final
+
+
+saved = {"model": model.state_dict()}
+atomic = RUNS / "atomic"
+publish(atomic, 1, lambda folder: dcp.save(saved, checkpoint_id=folder))
+print(sorted(p.name for p in atomic.iterdir()), "-> newest:", newest(atomic))
+
+# %% [markdown]
+# Now a writer that dies inside the save (an exception in this kernel stands in for the kill; the next
+# section kills a real rank). `DiesBeforeMetadata` is DCP's `FileSystemWriter` whose `finish`, the
+# step that writes `.metadata` last, raises: the data file is written, its index is not. Written
+# straight under its real name, the half checkpoint is what the reader picks:
+
+# %%
+class Died(RuntimeError):
+    """Stands in for a SIGKILL."""
+
+
+class DiesBeforeMetadata(dcp.FileSystemWriter):
+    def finish(self, metadata, results) -> None:  # DCP's last step: writing .metadata
+        raise Died("killed after the data files, before .metadata")
+
+
+def dying_save(folder: Path) -> None:
+    dcp.save(saved, storage_writer=DiesBeforeMetadata(folder))
+
+
+naive = RUNS / "naive"
+shutil.copytree(atomic, naive)
+try:
+    dying_save(naive / "step-000002")  # no temporary name
+except CheckpointException:  # DCP's error; note that it derives from BaseException
+    pass
+print("newest:", newest(naive), "holding", sorted(p.name for p in (naive / newest(naive)).iterdir()))
+
+# %% [markdown]
+# A resume would open `step-000002`: a data file without `.metadata`, so `dcp.load` fails; worse, had
+# an earlier save of the same step left its `.metadata` there, it would read a mixture of two saves.
+# The same death inside `publish`:
+
+# %%
+try:
+    publish(atomic, 2, dying_save)
+except CheckpointException:
+    pass
+print(sorted(p.name for p in atomic.iterdir()), "-> newest:", newest(atomic))
+assert newest(atomic) == "step-000001" and newest(naive) == "step-000002"
+
+# %% [markdown]
+# The reader sees step 1, complete; the hidden leftover is removed by the next save of step 2. DCP
+# does the same for its own files: each is `fsync`ed as it is written (`FileSystemWriter(sync_files=True)`,
+# the default), and `.metadata` is written to `.metadata.tmp`, `fsync`ed and renamed, last. So inside a
+# folder `.metadata` marks a complete save; the rename of the folder adds that a `step-NNNNNN` name never
+# points at an incomplete or mixed one.
+#
+# Within one POSIX file system a rename is atomic, so a checkpoint is either complete or absent. That
+# guarantee is the file system's, not DCP's: object stores (S3, GCS) have no rename at all — a "rename"
+# there is a copy of every object, then deletes — and the file systems mounted on top of them (s3fs,
+# gcsfuse) or some network file systems do not make it atomic either. There one publishes differently,
+# e.g. writes a small marker object last and treats a checkpoint without it as absent.
+
+# %% [markdown]
+# ### The same in `common`, with the hardening
+# `save_checkpoint` is `publish` for many ranks: `_fresh_tmp` (rank 0 clears and makes the hidden
+# folder, then a barrier), DCP writing through `DigestingWriter` (every file's sha256 into `.metadata`),
+# then `_publish`: a barrier, so that every rank has written, the rename on rank 0 only, and a barrier
+# again, so that no rank goes on before the checkpoint exists. It also handles the same step saved
+# again after a restart (the old `step-NNNNNN` is moved aside first; a death between the two renames
+# leaves no folder of that step, and the previous checkpoint is the newest) and keeps only the newest
+# `keep`. It leaves the files' `fsync` to DCP and does not `fsync` the parent folder after the rename:
+# a power cut right then may undo the rename, which leaves the hidden folder, ignored, and the previous
+# checkpoint as the newest, so a resume starts one checkpoint earlier, never from a broken one.
+
+# %%
+show_source(save_checkpoint)
+
+# %%
+show_source(fsdp_checkpoint._fresh_tmp)
+
+# %%
+show_source(fsdp_checkpoint._publish)
+
+# %% [markdown]
 # ## A kill inside a save, and `torchrun --max-restarts=1`
-# `save_checkpoint` lets DCP write into a hidden `.step-NNNNNN.tmp` folder and, once every rank is
-# done, rank 0 renames it to `step-NNNNNN`. Within one POSIX file system a rename is atomic, so a
-# checkpoint is either complete or absent. That guarantee is the file system's, not DCP's: object stores
-# (S3, GCS) have no rename at all — a "rename" there is a copy of every object, then deletes — and the
-# file systems mounted on top of them (s3fs, gcsfuse) or some network file systems do not make it atomic
-# either. There one publishes differently, e.g. writes a small marker object last and treats a checkpoint
-# without it as absent. Here the last rank SIGKILLs itself inside step 6's save, after writing and before
-# the rename. torchrun restarts the group (with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` from `launch_env`, the
-# workaround Chapter 4.2 explains), and the new attempt resumes from step 4, the previous complete checkpoint:
+# Now a real death, on 2 FSDP ranks: the last rank SIGKILLs itself inside step 6's `save_checkpoint`,
+# after DCP wrote the hidden `.step-000006.tmp` and before the rename (`--kill-in-save`, through the
+# `on_written` hook). torchrun restarts the group (with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` from
+# `launch_env`, the workaround Chapter 4.2 explains), and the new attempt resumes from step 4, the
+# previous complete checkpoint:
 
 # %%
 out = RUNS / "killed"
@@ -345,10 +534,12 @@ assert hidden == [".step-000001.tmp"] and published.name == "step-000001"
 # %% [markdown]
 # ## Summary
 # - DCP writes one file per rank plus `.metadata`, which maps every tensor chunk to a file and offset.
-# - `get_state_dict` / `set_state_dict` give name-keyed model and optimizer state for FSDP, DDP or one process.
+# - `get_state_dict` / `set_state_dict` give name-keyed model and optimizer state for FSDP, DDP or one process;
+#   wrapped in a `Stateful`, `dcp.save` and `dcp.load` call them.
 # - A checkpoint written by 2 ranks continues on 1 or 3 to the same weights as an uninterrupted run (live,
 #   with agents joining and leaving a `torchrun --nnodes=1:2` job, in Chapter 6.4).
-# - Write to a hidden folder and rename: a kill mid-save leaves the previous checkpoint as the newest.
+# - Write to a hidden folder, `fsync`, rename: a kill mid-save leaves the previous checkpoint as the
+#   newest (on a POSIX file system; object stores need a marker written last).
 # - Validate before loading: another model, a missing shard or a truncated `.metadata` each name the file.
 # - `dcp.async_save` blocks only for the copy into CPU memory; publish by rename after its future is done.
 
@@ -359,4 +550,8 @@ assert hidden == [".step-000001.tmp"] and published.name == "step-000001"
 # 2. Save with `--keep 1` and a kill inside a save: what is left on disk after the restart?
 # 3. Change `--batch-size` when resuming on 3 ranks. Does the run still reach the uninterrupted
 #    weights? Which part of the saved position stops making sense?
-# 4. The graded exercises: [`exercises/ex06_fsdp_checkpoints.ipynb`](exercises/ex06_fsdp_checkpoints.ipynb).
+# 4. Give `AppState` a learning-rate scheduler too, save after 3 scheduler steps and load into a fresh
+#    one. Which of its values does the checkpoint hold, and where in `dcp.load`'s dict do they appear?
+# 5. Time `publish` on the 100 MB state of the async section with and without its `fsync` calls. What
+#    does the difference buy, and against which failure (a killed process, or a power cut)?
+# 6. The graded exercises: [`exercises/ex06_fsdp_checkpoints.ipynb`](exercises/ex06_fsdp_checkpoints.ipynb).

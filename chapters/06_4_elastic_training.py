@@ -9,6 +9,8 @@
 #   newest distributed checkpoint (Chapter 6.2) to the uninterrupted run's weights
 # - A leave, live: one of two agents is killed, the other's worker fails in its next collective, and
 #   the group restarts at world size 1 from the checkpoint, to the same weights
+# - What `join_later` and `leave_later` do to stage it on one machine: agents started from `subprocess`,
+#   a poll of the run's log, and a SIGKILL to an agent's whole process tree
 # - What `--max-restarts` and a membership change cost, measured from the two runs' own logs
 
 # %% [markdown]
@@ -39,16 +41,22 @@ else:
 import io
 import re
 import shutil
+import subprocess
+import sys
+import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import torch
 
 from common import ensure_data, get_device, seed_everything
 from common.ddp.launch import free_port
+from common.fsdp import elastic as fsdp_elastic
 from common.fsdp.elastic import elastic_command, join_later, leave_later, read_log
 from common.fsdp.train import main
+from common.source import show_source
 
 seed_everything(0)
 device = get_device()
@@ -97,12 +105,73 @@ print("device:", device, "| runs in", RUNS, "| reference tensors:", len(referenc
 # agents (nodes). The first agent waits `last_call_timeout` seconds (torch's default is 30; 1 here) for
 # company, then starts at world size 1. A second agent that arrives later waits in the rendezvous; the
 # running agent's monitor loop sees it (`num_nodes_waiting() > 0`), stops its workers, and both start a
-# new group at world size 2 — which resumes from the newest checkpoint. `common.fsdp.elastic.join_later`
-# starts the first agent and, once step 1 is checkpointed, the second (`--step-delay` keeps the run
-# going long enough; `--async-save` writes every step's checkpoint in the background). Each agent's
-# worker is LOCAL_RANK 0, so `join_later` tells them that 2 ranks share this host
-# (`COMPANION_RANKS_PER_HOST=2`): with 2 GPUs each takes its own, with fewer both run on the CPU, and
-# rank 0 says so in one line:
+# new group at world size 2 — which resumes from the newest checkpoint. On one machine,
+# `common.fsdp.elastic.join_later` makes that happen: it starts the first agent and, once step 1 is
+# checkpointed, the second. At heart that is a few lines of `subprocess`. To try them without a training
+# run, a stand-in agent: a few lines of Python that append a checkpoint record to the run's log every
+# 0.2 s, as `common.fsdp.train --log-file` does:
+
+# %%
+TOY_AGENT = """
+import json, os, sys, time
+for step in range(1, int(sys.argv[2]) + 1):
+    time.sleep(0.2)
+    record = {"event": "checkpoint", "step": step, "pid": os.getpid(), "time": time.time()}
+    with open(sys.argv[1], "a") as log:
+        log.write(json.dumps(record) + "\\n")
+"""
+
+
+def toy_agent(log_file: Path, steps: int = 3) -> list[str]:
+    """The command line of a stand-in agent that logs a checkpoint of each step."""
+    return [sys.executable, "-c", TOY_AGENT, str(log_file), str(steps)]
+
+
+toy = RUNS / "toy"
+toy.mkdir(parents=True)
+subprocess.run(toy_agent(toy / "alone.jsonl", steps=2), check=True)
+[(r["event"], r["step"]) for r in read_log(toy / "alone.jsonl")]
+
+# %% [markdown]
+# `join_later` in its teaching form: start one agent, poll the run's log until it holds a checkpoint of
+# `after_step`, start the second, wait for both:
+
+# %%
+def join_later_taught(command: list[str], log_file: Path, *, after_step: int) -> tuple[float, list]:
+    """Start one agent; once the log holds a checkpoint of ``after_step``, start a second."""
+    first = subprocess.Popen(command)
+    while not any(r["event"] == "checkpoint" and r["step"] >= after_step
+                  for r in read_log(log_file)):
+        time.sleep(0.05)  # the run's own log says how far it got
+    joined_at, second = time.time(), subprocess.Popen(command)
+    for agent in (first, second):
+        agent.wait()
+    return joined_at, [first.pid, second.pid]
+
+
+toy_joined_at, pids = join_later_taught(toy_agent(toy / "join.jsonl"), toy / "join.jsonl", after_step=1)
+toy_log = read_log(toy / "join.jsonl")
+before_join = [r for r in toy_log if r["time"] < toy_joined_at]
+assert before_join[0]["step"] == 1 and {r["pid"] for r in before_join} == {pids[0]}
+pd.DataFrame([{"agent": ["first", "second"][pids.index(r["pid"])], "step": r["step"],
+               "s after the join": round(r["time"] - toy_joined_at, 2)} for r in toy_log])
+
+# %% [markdown]
+# The second agent started once the first had logged step 1, and both went on. What the teaching
+# form leaves out, `common.fsdp.elastic.join_later` adds: a deadline, and a first agent that ends before
+# `after_step` (a crash, a wrong flag) stops the wait instead of leaving it polling forever; both
+# agents' output captured (the cells below read the device plan from it); on a timeout, SIGKILL to each
+# agent's whole process tree (why the tree, the leave below shows); the exit codes checked; and one
+# environment for both, `launch_env()` plus `COMPANION_RANKS_PER_HOST` (`agents_env`):
+
+# %%
+show_source(join_later)
+
+# %% [markdown]
+# The real join: `--step-delay` keeps the run going long enough, and `--async-save` writes every step's
+# checkpoint in the background. Each agent's worker is LOCAL_RANK 0, so `join_later` tells them that 2
+# ranks share this host (`COMPANION_RANKS_PER_HOST=2`): with 2 GPUs each takes its own, with fewer both
+# run on the CPU, and rank 0 says so in one line:
 
 # %%
 out = RUNS / "join"
@@ -151,6 +220,72 @@ table(join_log, joined.joined_at, "s after the join")
 # `keep_alive_interval=1,keep_alive_max_attempt=2` — an agent whose heartbeat is 2 s old is dead and
 # removed from the rendezvous (torch's defaults, 5 s and 3, would wait 15 s) — and `--max-restarts=1`,
 # because for the agent that stays the leave is a failure of its worker.
+
+# %% [markdown]
+# `leave_later` starts both agents, waits in the same way for a checkpoint (made by the group of world
+# size 2), and then kills the guest. The killing needs care: torchrun starts each worker with
+# `start_new_session=True` (in its `SubprocessHandler`), so a worker is in neither its agent's process
+# group nor its session, and a SIGKILL, which the agent cannot catch to clean up, reaches the agent
+# alone. A stand-in agent that starts its worker the same way, killed alone:
+
+# %%
+TOY_AGENT_WITH_WORKER = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+time.sleep(60)
+"""
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def toy_agent_with_worker() -> tuple[subprocess.Popen, psutil.Process]:
+    agent, deadline = subprocess.Popen([sys.executable, "-c", TOY_AGENT_WITH_WORKER]), time.monotonic() + 30
+    while not psutil.Process(agent.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return agent, psutil.Process(agent.pid).children()[0]
+
+
+agent, worker = toy_agent_with_worker()
+agent.kill()  # SIGKILL to the agent alone
+agent.wait()
+print("agent exit code:", agent.returncode, "| its worker alive:", alive(worker))
+assert alive(worker)
+worker.kill()  # the orphan, by its pid
+
+# %% [markdown]
+# A worker orphaned like this in the real job would go on running, its connections to the other
+# worker still open, and nothing would look like a machine gone. So `_kill_tree` first lists the
+# agent's descendants (psutil's `children(recursive=True)`, while they are still its children) and then
+# SIGKILLs every one:
+
+# %%
+agent, worker = toy_agent_with_worker()
+fsdp_elastic._kill_tree(agent)
+agent.wait()
+deadline = time.monotonic() + 5
+while alive(worker) and time.monotonic() < deadline:  # a SIGKILL is delivered, not awaited
+    time.sleep(0.02)
+assert not alive(worker)
+print("after _kill_tree: agent exit code", agent.returncode, "| its worker alive:", alive(worker))
+
+# %%
+show_source(fsdp_elastic._kill_tree)
+
+# %% [markdown]
+# The rest of `leave_later` is the join's loop: one environment for both agents, a wait for a checkpoint
+# made after the group of 2 started (`_checkpointed_at_world_size`), a deadline that kills both agents if
+# either ends early, and the host agent's exit code checked:
+
+# %%
+show_source(leave_later)
+
+# %% [markdown]
+# The real leave, with the settings above:
 
 # %%
 out = RUNS / "leave"
@@ -235,6 +370,8 @@ print(f"leave: training again {leave_cost['s to training again (resumed)']} s af
 #   dropped after `keep_alive_interval × keep_alive_max_attempt` seconds.
 # - Both runs end at the uninterrupted run's weights: the checkpoint reshards, and the position in the
 #   epoch (not a per-rank loader state) carries over to the new world size.
+# - Staging it on one machine is `subprocess` and a poll of the run's log; a machine's death is a SIGKILL
+#   to the agent's whole process tree, since torchrun starts its workers in sessions of their own.
 
 # %% [markdown]
 # ## Exercises
@@ -245,3 +382,6 @@ print(f"leave: training again {leave_cost['s to training again (resumed)']} s af
 # 3. Run the leave with `--max-restarts=0`. What happens to the remaining agent?
 # 4. Checkpoint every 3 steps instead of every step and leave after step 2. How many steps are done
 #    twice, and does the run still reach the uninterrupted weights?
+# 5. Write `leave_later` in its teaching form with `guest.kill()` (the agent alone) in place of
+#    `_kill_tree`, and run the leave with it. What does the host agent's log show, and how long does
+#    the job take?

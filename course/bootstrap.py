@@ -28,6 +28,7 @@ import polib
 
 from common.paths import PROJECT_NAME, find_repo_root, is_repo_root
 from course.translate import context, load_po, po_path, update_po
+from course.translate_comments import is_comment_context
 
 #: The first line of each standard cell: how an existing one is recognised (and refreshed).
 BADGE_START = "[![Open In Colab]"
@@ -102,6 +103,15 @@ def badge_source(repo: Repository, notebook: str, *, zh: bool = False) -> str:
     return (f"{badges}\nRunning in Colab or Kaggle? The next cell installs this companion's "
             "package `common` there (on Kaggle, first switch Internet on in the notebook's "
             "settings); on your own machine it installs nothing.")
+
+
+#: The Chinese of the install cell's comments (the cell is the same in every chapter, so its
+#: translation is too; ``refresh_translation`` fills it in like the badge's).
+BOOTSTRAP_COMMENTS_ZH = {
+    "Colab and Kaggle only: install this companion's package (a local run has it).":
+        "仅限 Colab 和 Kaggle：安装本配套仓库的包（本地运行时已经装好）。",
+    "so that `import common` below finds the new package": "让下面的 `import common` 能找到新装的包",
+}
 
 
 def bootstrap_source(repo: Repository) -> str:
@@ -186,13 +196,18 @@ def refresh_translation(nb: nbformat.NotebookNode, repo: Repository, notebook: s
 
     The same update as ``python -m course.translate extract`` (translations follow their
     cells to the new indices), plus a ready translation of the badge cell that links to the
-    Chinese notebook. Returns the saved file.
+    Chinese notebook and of the install cell's comments. Returns the saved file.
     """
     po = update_po(notebook, nb, load_po(notebook, chapters))
     badge = {e.msgctxt: e for e in po if not e.obsolete}.get(context(notebook, 1))
     if badge is not None and badge.msgid.startswith(BADGE_START):
         badge.msgstr, badge.flags, badge.previous_msgid = \
             badge_source(repo, notebook, zh=True), [], None
+    for entry in po:
+        if (not entry.obsolete and is_comment_context(entry.msgctxt)
+                and entry.msgid in BOOTSTRAP_COMMENTS_ZH):
+            entry.msgstr, entry.flags, entry.previous_msgid = \
+                BOOTSTRAP_COMMENTS_ZH[entry.msgid], [], None
     path = po_path(notebook, chapters)
     path.parent.mkdir(parents=True, exist_ok=True)
     po.save(str(path))

@@ -3,13 +3,17 @@
 The English notebooks are the source of every code cell and stored output. The Chinese of each
 markdown cell lives in a gettext file ``chapters/zh/po/<stem>.po`` (one entry per markdown cell:
 ``msgctxt`` = ``<notebook>#<cell index>``, ``msgid`` = the English cell, ``msgstr`` = its
-Chinese), so each translation records the English it was made from.
+Chinese), so each translation records the English it was made from. The same file holds one
+entry per distinct code comment and docstring (``msgctxt`` = ``<notebook>#comment`` or
+``<notebook>#docstring``, see ``course.translate_comments``): the zh code cells differ from the
+English only in those.
 
 - ``extract`` updates the ``.po`` files from the English notebooks: an unchanged cell keeps its
   translation; a changed cell keeps its old translation marked ``fuzzy`` (with the old English as
   ``#| msgid``); a new cell gets an empty entry; a removed cell's entry becomes obsolete (``#~``).
 - ``build`` writes ``chapters/zh/<same path>.ipynb`` for every notebook listed in
-  ``chapters/zh/TRANSLATED``: the English notebook with its markdown cells replaced.
+  ``chapters/zh/TRANSLATED``: the English notebook with its markdown cells and code comments
+  replaced.
 - ``status`` prints, per notebook, how much is translated; notebooks not listed in TRANSLATED
   are *pending*. ``check`` fails (exit status 1) naming each notebook and cell whose translation
   is missing, fuzzy or stale, and each built notebook that is out of date.
@@ -17,7 +21,6 @@ Chinese), so each translation records the English it was made from.
 
 from __future__ import annotations
 
-import copy
 import difflib
 import sys
 from dataclasses import dataclass
@@ -28,6 +31,7 @@ import polib
 
 from common.cli import is_dir, option, parse_dataclass_args
 from common.paths import chapters_dir
+from course import translate_comments
 
 LANGUAGE = "zh-CN"
 #: Old and new English this similar keep the old translation as a fuzzy draft.
@@ -89,28 +93,42 @@ def load_po(notebook: str, chapters: Path | None = None) -> polib.POFile:
     return polib.pofile(str(path), wrapwidth=0) if path.is_file() else _new_po(notebook)
 
 
+def _kind(msgctxt: str | None) -> str:
+    """``cell`` for a markdown cell's entry, ``comment`` or ``docstring`` for a code comment's."""
+    return msgctxt.rsplit("#", 1)[-1] if translate_comments.is_comment_context(msgctxt) else "cell"
+
+
+def wanted_entries(notebook: str, nb: nbformat.NotebookNode) -> list[tuple[str, str, list[int]]]:
+    """``(msgctxt, msgid, cell indexes)`` of every entry the notebook needs, in cell order."""
+    cells = [(context(notebook, i), source, [i]) for i, source in markdown_cells(nb)]
+    comments = translate_comments.wanted_entries(notebook, nb)
+    return sorted(cells + comments, key=lambda e: (e[2][0], translate_comments.is_comment_context(e[0])))
+
+
 def update_po(notebook: str, nb: nbformat.NotebookNode, old: polib.POFile) -> polib.POFile:
     """A ``.po`` for the English ``nb``, keeping what ``old`` translated (see the module doc)."""
     po = _new_po(notebook)
     po.metadata.update({k: v for k, v in old.metadata.items() if k not in po.metadata})
     previous = [e for e in old if e.msgstr and not e.obsolete]
     used: set[int] = set()
-    cells = markdown_cells(nb)
+    wanted = wanted_entries(notebook, nb)
     matched: dict[int, polib.POEntry] = {}
-    for index, source in cells:  # first the unchanged cells, wherever they moved to
-        ctxt = context(notebook, index)
-        same = [e for e in previous if e.msgid == source and id(e) not in used]
+    for n, (ctxt, source, _) in enumerate(wanted):  # first the unchanged ones, wherever they moved
+        same = [e for e in previous if e.msgid == source and id(e) not in used
+                and _kind(e.msgctxt) == _kind(ctxt)]
         same.sort(key=lambda e: e.msgctxt != ctxt)
         if same:
             used.add(id(same[0]))
-            matched[index] = same[0]
-    for index, source in cells:
-        entry = polib.POEntry(msgctxt=context(notebook, index), msgid=source, msgstr="")
-        if index in matched:
-            entry.msgstr, entry.flags = matched[index].msgstr, list(matched[index].flags)
-            entry.previous_msgid = matched[index].previous_msgid
+            matched[n] = same[0]
+    for n, (ctxt, source, cells) in enumerate(wanted):
+        entry = polib.POEntry(msgctxt=ctxt, msgid=source, msgstr="")
+        if _kind(ctxt) != "cell":
+            entry.occurrences = [(notebook, str(i)) for i in cells]
+        if n in matched:
+            entry.msgstr, entry.flags = matched[n].msgstr, list(matched[n].flags)
+            entry.previous_msgid = matched[n].previous_msgid
         else:  # changed: the most similar translation left over becomes a fuzzy draft
-            left = [e for e in previous if id(e) not in used]
+            left = [e for e in previous if id(e) not in used and _kind(e.msgctxt) == _kind(ctxt)]
             scored = [(difflib.SequenceMatcher(None, e.msgid, source).ratio(), i)
                       for i, e in enumerate(left)]
             if scored and max(scored)[0] >= FUZZY_SIMILARITY:
@@ -127,31 +145,26 @@ def update_po(notebook: str, nb: nbformat.NotebookNode, old: polib.POFile) -> po
 
 
 def problems_of(notebook: str, nb: nbformat.NotebookNode, po: polib.POFile) -> list[str]:
-    """Each markdown cell of ``nb`` without a current translation, named by notebook and cell."""
-    by_context = {e.msgctxt: e for e in po if not e.obsolete}
+    """Each markdown cell and code comment of ``nb`` without a current translation, named by
+    notebook and cell."""
+    by_context = {e.msgctxt: e for e in po if not e.obsolete and _kind(e.msgctxt) == "cell"}
     found = []
     for index, source in markdown_cells(nb):
         entry = by_context.get(context(notebook, index))
-        where = _describe(notebook, index, source)
-        if entry is None or entry.msgid != source:
-            found.append(f"{where}: the English changed or is new since the last extract; run "
-                         "`python -m course.translate extract`, then translate it")
-        elif not entry.msgstr:
-            found.append(f"{where}: not translated yet")
-        elif "fuzzy" in entry.flags:
-            found.append(f"{where}: translation is fuzzy (the English changed); update it and "
-                         "remove the fuzzy flag")
-    return found
+        if problem := translate_comments.entry_problem(entry, source):
+            found.append(f"{_describe(notebook, index, source)}: {problem}")
+    return found + translate_comments.comment_problems(notebook, nb, po)
 
 
 def build_notebook(notebook: str, nb: nbformat.NotebookNode, po: polib.POFile
                    ) -> nbformat.NotebookNode:
-    """The Chinese notebook: ``nb`` with each translated markdown cell replaced.
+    """The Chinese notebook: ``nb`` with each translated markdown cell and code comment replaced
+    (and the outputs that show those comments, see ``course.translate_comments``).
 
-    Untranslated, fuzzy or stale cells stay English (``problems_of`` reports them).
+    Untranslated, fuzzy or stale cells and comments stay English (``problems_of`` reports them).
     """
-    zh = copy.deepcopy(nb)
-    by_context = {e.msgctxt: e for e in po if not e.obsolete}
+    zh = translate_comments.build_code_cells(notebook, nb, po)
+    by_context = {e.msgctxt: e for e in po if not e.obsolete and _kind(e.msgctxt) == "cell"}
     for index, source in markdown_cells(nb):
         entry = by_context.get(context(notebook, index))
         if entry and entry.msgid == source and entry.msgstr and "fuzzy" not in entry.flags:
@@ -191,12 +204,15 @@ def status_lines(chapters: Path | None = None, notebooks: tuple[str, ...] = ()) 
     lines = []
     for notebook in notebooks or english_notebooks(chapters):
         nb = nbformat.read(chapters / notebook, as_version=4)
-        total = len(markdown_cells(nb))
-        missing = len(problems_of(notebook, nb, load_po(notebook, chapters)))
+        po = load_po(notebook, chapters)
+        total, comments = len(markdown_cells(nb)), len(translate_comments.wanted_entries(notebook, nb))
+        missing = len(problems_of(notebook, nb, po))
+        untranslated = len(translate_comments.comment_problems(notebook, nb, po))
+        cells = missing - untranslated
         state = "required" if notebook in listed else "pending "
-        verdict = "complete" if missing == 0 else f"{missing} cells to translate"
-        lines.append(f"{state} {notebook}: {total - missing}/{total} markdown cells "
-                     f"translated, {verdict}")
+        verdict = "complete" if missing == 0 else f"{cells} cells and {untranslated} comments to translate"
+        lines.append(f"{state} {notebook}: {total - cells}/{total} markdown cells and "
+                     f"{comments - untranslated}/{comments} comments translated, {verdict}")
     return lines
 
 

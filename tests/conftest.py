@@ -41,8 +41,10 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_configure(config):
     """``make durations``: the controller (which sees every worker's reports) records them."""
-    from tests.durations import RECORD_ENV, Recorder
+    from tests.durations import RECORD_ENV, CpuMeter, Recorder
 
     path = os.environ.get(RECORD_ENV)
+    if path:
+        config.pluginmanager.register(CpuMeter(), "companion-cpu")
     if path and not hasattr(config, "workerinput"):
         config.pluginmanager.register(Recorder(Path(path)), "companion-durations")

@@ -5,13 +5,25 @@
 other idles. ``order`` sorts the files longest first (the classic longest-processing-time rule),
 from the seconds that ``make durations`` recorded in ``tests/durations.json``; a file it does not
 know counts as ``UNKNOWN`` seconds. Tests inside a file keep their order.
+
+Beside the wall seconds, ``make durations`` writes the CPU seconds each test cost (its own
+process and every child process it waited for, torchrun's ranks and notebook kernels included)
+to ``build/cpu.json``: unlike wall seconds they do not grow when the machine is loaded, so they
+show where `make test`'s time goes even on a busy machine. Where the cgroup v1 ``cpuacct``
+controller is writable (as root on this machine) each worker counts in a cgroup of its own, which
+sees every descendant, sandboxed judges and killed ranks too; elsewhere ``getrusage`` counts only
+the children that were waited for.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import resource
 from collections import defaultdict
 from pathlib import Path
+
+import pytest
 
 #: The record, committed: ``make durations`` rewrites it after a full run.
 RECORD = Path(__file__).with_name("durations.json")
@@ -19,6 +31,51 @@ RECORD = Path(__file__).with_name("durations.json")
 UNKNOWN = 5.0
 #: Set to a path by ``make durations``: the run writes its per-file seconds there.
 RECORD_ENV = "COMPANION_RECORD_DURATIONS"
+#: Where ``make durations`` writes the CPU seconds per file and of the costliest tests.
+CPU_RECORD = Path(__file__).parents[1] / "build" / "cpu.json"
+
+
+#: Where each worker's cpuacct cgroup goes, when it can have one.
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+def rusage_seconds() -> float:
+    """CPU seconds of this process and of every child it (or they, recursively) waited for."""
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                         resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def cgroup_clock(root: Path = CPUACCT):
+    """A function giving the CPU seconds of this process's own new cpuacct cgroup (and all it
+    starts from now on), or None where no such cgroup can be made."""
+    group = root / "companion-tests" / str(os.getpid())
+    try:
+        group.mkdir(parents=True, exist_ok=True)
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+        usage = group / "cpuacct.usage"
+        usage.read_text()
+    except OSError:
+        return None
+    return lambda: int(usage.read_text()) / 1e9
+
+
+class CpuMeter:
+    """A pytest plugin for each worker: the CPU seconds of each test phase, in its report."""
+
+    def __init__(self) -> None:
+        self.clock = cgroup_clock() or rusage_seconds
+        self.last = self.clock()
+
+    def pytest_runtest_logstart(self) -> None:
+        self.last = self.clock()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        report = (yield).get_result()
+        now = self.clock()
+        report.user_properties = [*report.user_properties, ("cpu", now - self.last)]
+        self.last = now
 
 
 def file_of(nodeid: str) -> str:
@@ -47,14 +104,25 @@ def order(nodeids: list[str], seconds: dict[str, float]) -> list[int]:
 class Recorder:
     """A pytest plugin: sums setup + call + teardown seconds per file, writes them at the end."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, cpu_path: Path = CPU_RECORD) -> None:
+        self.path, self.cpu_path = path, cpu_path
         self.seconds: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = defaultdict(float)
+        self.cpu_of_test: dict[str, float] = defaultdict(float)
 
     def pytest_runtest_logreport(self, report) -> None:
         self.seconds[file_of(report.nodeid)] += report.duration
+        cpu = sum(value for key, value in report.user_properties if key == "cpu")
+        self.cpu[file_of(report.nodeid)] += cpu
+        self.cpu_of_test[report.nodeid] += cpu
 
     def pytest_sessionfinish(self) -> None:
         ranked = dict(sorted(((k, round(v, 1)) for k, v in self.seconds.items()),
                              key=lambda kv: -kv[1]))
         self.path.write_text(json.dumps(ranked, indent=1) + "\n")
+        files = dict(sorted(((k, round(v, 1)) for k, v in self.cpu.items()), key=lambda kv: -kv[1]))
+        tests = sorted(self.cpu_of_test.items(), key=lambda kv: -kv[1])[:200]
+        self.cpu_path.parent.mkdir(parents=True, exist_ok=True)
+        self.cpu_path.write_text(json.dumps({"total": round(sum(files.values()), 1), "files": files,
+                                             "tests": {k: round(v, 1) for k, v in tests}},
+                                            indent=1) + "\n")

@@ -39,13 +39,13 @@ print(f"torch {torch.__version__}, device {device}")
 # %% [markdown]
 # ## Exercise 1 — Broadcasting (§1.2 PyTorch的框架和特点) · 1 point
 # Write `standardize(x)`: for a 2-D float tensor `x` of shape `(N, D)`, return a new tensor in which
-# every column has mean 0 and (population, `unbiased=False`) standard deviation 1. Use tensor
+# every column has mean 0 and (population, `correction=0`) standard deviation 1. Use tensor
 # operations and broadcasting, no Python loops, and do not modify `x`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex1-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def standardize(x: torch.Tensor) -> torch.Tensor:
     ### BEGIN SOLUTION
-    return (x - x.mean(dim=0)) / x.std(dim=0, unbiased=False)
+    return (x - x.mean(dim=0)) / x.std(dim=0, correction=0)
     ### END SOLUTION
 
 
@@ -55,8 +55,8 @@ with checks("Exercise 1"):
     z = standardize(x)
     assert z.shape == x.shape, f"expected shape {tuple(x.shape)}, got {tuple(z.shape)}"
     assert torch.allclose(z.mean(dim=0), torch.zeros(3), atol=1e-5), "column means should be 0"
-    assert torch.allclose(z.std(dim=0, unbiased=False), torch.ones(3), atol=1e-5), \
-        "column standard deviations (unbiased=False) should be 1"
+    assert torch.allclose(z.std(dim=0, correction=0), torch.ones(3), atol=1e-5), \
+        "column standard deviations (correction=0) should be 1"
 ### BEGIN HIDDEN TESTS
 x = torch.rand(7, 4, dtype=torch.float64) * 3
 before = x.clone()
@@ -279,7 +279,7 @@ for name, value in model.state_dict().items():
 
 # %% [markdown]
 # ## Summary
-# - Broadcasting replaces loops: `(x - x.mean(0)) / x.std(0, unbiased=False)` works column by column.
+# - Broadcasting replaces loops: `(x - x.mean(0)) / x.std(0, correction=0)` works column by column.
 # - `torch.autograd.grad` returns a gradient without touching `.grad` fields.
 # - Layers kept in `nn.Sequential` / `nn.ModuleList` are registered; a plain list hides them.
 # - A training step is zero the gradients, forward, loss, backward, step; log `loss.item()`.

@@ -204,7 +204,7 @@ with checks("Exercise 3"):
     everything = torch.stack([image for image, _ in ds])
     assert mean.shape == (3,) and std.shape == (3,), "return two tensors of shape (3,)"
     assert torch.allclose(mean, everything.mean(dim=(0, 2, 3)), atol=1e-5), "the mean is wrong"
-    assert torch.allclose(std, everything.std(dim=(0, 2, 3), unbiased=False), atol=1e-5), \
+    assert torch.allclose(std, everything.std(dim=(0, 2, 3), correction=0), atol=1e-5), \
         "the std is wrong (population std over all pixels)"
 ### BEGIN HIDDEN TESTS
 torch.manual_seed(5)
@@ -213,7 +213,7 @@ mean, std = channel_stats(batches)
 stacked = torch.cat([b for b, _ in batches])
 assert torch.allclose(mean, stacked.mean(dim=(0, 2, 3)), atol=1e-5), \
     "weight every pixel equally: a short last batch counts less than a full one"
-assert torch.allclose(std, stacked.std(dim=(0, 2, 3), unbiased=False), atol=1e-5), "wrong std"
+assert torch.allclose(std, stacked.std(dim=(0, 2, 3), correction=0), atol=1e-5), "wrong std"
 assert mean.dtype == torch.float32 and std.dtype == torch.float32, "return float32 tensors"
 ### END HIDDEN TESTS
 

@@ -4,8 +4,9 @@ Modules: ``process_group`` (join/leave the group ``torchrun`` describes, small c
 ``samplers`` (resumable and exact-once distributed samplers), ``hooks`` (a counting
 all-reduce hook), ``launch`` (start ``torchrun`` as a subprocess), ``snapshot`` (atomic,
 validated training snapshots), ``run_log``, ``config`` (``TrainConfig``), ``trainer`` (the
-trainer's steps, ``run_training``), and the entry points ``train`` (``python -m
-common.ddp.train``), ``bench`` and ``collectives_demo``, which no module imports. Imports go one way: ``common.ddp`` uses the core of ``common``.
+trainer's steps, ``run_training``), ``debugging`` (every rank's stack dump, the rank that
+hangs), and the entry points ``train`` (``python -m common.ddp.train``), ``bench``,
+``collectives_demo`` and ``uneven``, which no module imports. Imports go one way: ``common.ddp`` uses the core of ``common``.
 """
 
 from common.ddp.hooks import AllReduceCounter, counting_allreduce_hook

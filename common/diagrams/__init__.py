@@ -35,6 +35,7 @@ from common.diagrams.pipeline import (
     draw_pipeline_stages,
     draw_sampler_split,
     draw_shard_assignment,
+    draw_your_data_path,
     prefetch_timeline,
 )
 from common.diagrams.resume import draw_loader_resume, resume_timeline
@@ -60,6 +61,7 @@ DIAGRAMS: dict[str, Callable[..., Figure]] = {
     "dcp_reshard": draw_dcp_reshard,
     "loader_resume": draw_loader_resume,
     "elastic_rendezvous": draw_elastic_rendezvous,
+    "your_data_path": draw_your_data_path,
 }
 
 __all__ = ["CAPTIONS", "DIAGRAMS", "LABELS", "LANGUAGES", "collate_batch", "draw", "labels_for",

@@ -99,6 +99,15 @@ LABELS: dict[str, dict[str, dict[str, str]]] = {
             "waits": "arrives, waits", "dies": "leaves",
             "join": "a join: restart,\nno restart attempt used",
             "leave": "a leave: restart,\nuses one of --max-restarts", "time": "time →"},
+        "your_data_path": {
+            "yours": "your images", "imagefolder": "ImageFolder\ntrain/cat/, val/cat/ …",
+            "csv": "the guide's CSV\nfile_name,label + images",
+            "decode": "decode every epoch", "cache": "uint8 cache", "shards": "shards (.tar)",
+            "ddp": "DDP: a full replica\non every rank", "fsdp": "FSDP: a shard\non every rank",
+            "checkpoint": "checkpoint:\nweights + class list",
+            "resume": "resume: same classes, or refused", "layout": "--data DIR (or --train-csv ...)",
+            "pipeline": "--data-pipeline / make_shards --imagefolder", "trainer": "torchrun -m ...",
+            "saved": "--checkpoint / --snapshot"},
     },
     "zh": {
         "pipeline_stages": {
@@ -187,6 +196,15 @@ LABELS: dict[str, dict[str, dict[str, str]]] = {
             "waits": "到达，等待", "dies": "离开",
             "join": "加入：重启，\n不占用重启次数",
             "leave": "离开：重启，\n用掉一次 --max-restarts", "time": "时间 →"},
+        "your_data_path": {
+            "yours": "你的图片", "imagefolder": "ImageFolder\ntrain/猫/、val/猫/ …",
+            "csv": "指南的 CSV\nfile_name,label + 图片",
+            "decode": "每个轮次都解码", "cache": "uint8 缓存", "shards": "分片（.tar）",
+            "ddp": "DDP：每个 rank\n一份完整副本", "fsdp": "FSDP：每个 rank\n一个分片",
+            "checkpoint": "检查点：\n权重 + 类别列表",
+            "resume": "恢复：类别相同，否则拒绝", "layout": "--data DIR（或 --train-csv ...）",
+            "pipeline": "--data-pipeline / make_shards --imagefolder", "trainer": "torchrun -m ...",
+            "saved": "--checkpoint / --snapshot"},
     },
 }
 
@@ -228,6 +246,10 @@ CAPTIONS: dict[str, dict[str, str]] = {
         "elastic_rendezvous": "Every change of membership is a new rendezvous round and a "
                               "restart at the new world size from the newest checkpoint; only "
                               "a leave uses up a --max-restarts attempt.",
+        "your_data_path": "Your images take the course's way: either layout, then one of three "
+                          "pipelines (decode, the uint8 cache, shards), then DDP or FSDP on any "
+                          "number of ranks; the checkpoint keeps the class list, so a resume on "
+                          "other classes is refused instead of training on wrong labels.",
     },
     "zh": {
         "pipeline_stages": "样本通往模型的路径：复制到设备之前的所有步骤都在数据加载器的工作进程中运行，"
@@ -259,6 +281,9 @@ CAPTIONS: dict[str, dict[str, str]] = {
                          "`DataLoader` 会从头开始这个轮次，把前三个批次重复一遍。",
         "elastic_rendezvous": "每次成员变化都是一轮新的 rendezvous，并以新的 world size 从最新的检查点重启；"
                               "只有离开会用掉一次 --max-restarts。",
+        "your_data_path": "你的图片走的是本课程的路线：两种布局任选其一，然后是三种管道之一（解码、uint8 缓存、"
+                          "分片），再用 DDP 或 FSDP 在任意数量的 rank 上训练；检查点记下类别列表，"
+                          "所以换了类别的恢复会被拒绝，而不是用错的标签继续训练。",
     },
 }
 

@@ -1,11 +1,14 @@
-"""Diagrams of the data side: the pipeline's stages, worker prefetching, and how indices and shards
-are dealt out to ranks and workers (chapters 2, 3 and 5).
+"""Diagrams of the data side: the pipeline's stages, worker prefetching, how indices and shards
+are dealt out to ranks and workers (chapters 2, 3 and 5), and a learner's data through all of it
+(chapter 7).
 
 The sampler and shard diagrams draw what the real code computes (``DistributedSampler``,
 ``common.shards.dataset.split_shards``), so a picture cannot drift from the behaviour it shows.
 """
 
 from __future__ import annotations
+
+from itertools import pairwise
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -186,4 +189,42 @@ def draw_shard_assignment(ax: Axes | None = None, *, language: str = "en") -> Fi
                 arrow(ax, (0.2 + s * (sw + 0.08) + sw / 2, 2.0), (wx + 0.8, 1.22),
                       color=consumer_color[(r, w)], width=0.7)
     text(ax, 7.8, 2.62, words["rule"], ha="right", size=FONT_SIZE - 1.5, color=FAINT)
+    return figure_of(ax)
+
+
+def draw_your_data_path(ax: Axes | None = None, *, language: str = "en") -> Figure:
+    """A learner's images through the course: a layout, a pipeline, a trainer, a checkpoint.
+
+    Introduced in chapters/07_your_data.ipynb.
+    """
+    words = labels_for("your_data_path", language)
+    ax = canvas(ax, 8.0, 2.75)
+    top = 2.45
+    columns = [(0.1, 1.85, ("imagefolder", "csv"), ROLE["store"], "layout"),
+               (2.3, 1.45, ("decode", "cache", "shards"), ROLE["data"], "pipeline"),
+               (4.2, 1.5, ("ddp", "fsdp"), ROLE["compute"], "trainer")]
+    centres = []
+    for x, width, names, color, flag in columns:
+        height = 1.5 / len(names) - 0.1
+        ys = [0.55 + i * (height + 0.1) for i in reversed(range(len(names)))]
+        for name, y in zip(names, ys, strict=True):
+            box(ax, x, y, width, height, words[name], color=color, size=FONT_SIZE - 0.5)
+        centres.append((x, width, [y + height / 2 for y in ys]))
+        text(ax, x + width / 2, 0.3, words[flag], size=FONT_SIZE - 2, color=FAINT)
+    text(ax, 0.1 + 1.85 / 2, top, words["yours"], weight="bold")
+    for (x0, w0, ys0), (x1, _, ys1) in pairwise(centres):
+        for y0 in ys0:
+            for y1 in ys1:
+                arrow(ax, (x0 + w0 + 0.03, y0), (x1 - 0.03, y1), color=FAINT, width=0.7)
+    x, width = 6.2, 1.6
+    box(ax, x, 1.0, width, 0.7, words["checkpoint"], color=ROLE["store"], weight="bold",
+        size=FONT_SIZE - 0.5)
+    text(ax, x + width / 2, 0.3, words["saved"], size=FONT_SIZE - 2, color=FAINT)
+    trainer_x, trainer_w, trainer_ys = centres[-1]
+    for y in trainer_ys:
+        arrow(ax, (trainer_x + trainer_w + 0.03, y), (x - 0.03, 1.35))
+    arrow(ax, (x + width / 2, 1.74), (trainer_x + trainer_w / 2, 2.12), curve=0.25,
+          color=ROLE["control"], dashed=True)
+    text(ax, (x + trainer_x + trainer_w) / 2 + 0.35, top, words["resume"], color=ROLE["control"],
+         size=FONT_SIZE - 0.5)
     return figure_of(ax)

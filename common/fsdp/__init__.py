@@ -1,8 +1,10 @@
 """Chapter 6: beyond DDP — sharding the model with FSDP2, distributed checkpoints, compile.
 
 Modules: ``sharding`` (``shard_model`` with ``fully_shard``, DTensor placements, bytes per
-rank from the local shards, ZeRO stages on paper), ``checkpoint`` (atomic, validated DCP
-checkpoints that load on any number of ranks, also written with ``dcp.async_save``;
+rank from the local shards, ZeRO stages on paper), ``meta`` (a model built on the meta device,
+filled by each module's ``reset_parameters`` or from rank 0's full state dict), ``checkpoint``
+(atomic, validated DCP checkpoints that load on any number of ranks, also written with
+``dcp.async_save``;
 conversion to and from ``torch.save``), ``integrity`` (the digests, step and run record written
 into every checkpoint's ``.metadata`` and checked before loading), ``lock`` (one writer per
 checkpoint folder), ``loader`` (the ``StatefulDataLoader`` whose per-rank state goes into the

@@ -61,8 +61,9 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
   ``/etc`` the interpreter and torch need (``ETC``: the linker's cache, ``hosts`` and
   ``nsswitch.conf`` for ``localhost``, the time zone, fonts), the interpreter's prefixes
   (``sys.prefix`` and ``sys.base_prefix``: the venv and the Python it was made from), ``common/``
-  and what runs inside (``course/grading/inside/``, and ``course/checks.py`` and
-  ``course/assignments.py`` that the setup cells import). Writable: the working copy, which is
+  and what runs inside (``course/grading/inside/``, and ``course/checks.py`` with its
+  ``course/messages.py`` and ``course/messages_zh.json``, and ``course/assignments.py``, that the
+  setup cells import). Writable: the working copy, which is
   also its private ``/tmp`` and holds an empty HOME, and a ``/dev/shm`` of its own. Nothing else
   exists in it: not the repository (``.git``, ``tests/``, the exercise sources), the submissions,
   the report, another checkout or a backup of the sources, ``/root``, any user's home (``~/.ssh``),

@@ -34,10 +34,11 @@ from course.grading.config import GradingConfig, Integrity, Result
 from course.grading.inside.answer_rules import answer_problems
 from course.grading.inside.channel import MAX_MESSAGE
 from course.grading.judges import Run, allow_list, may_drop, own_uids, run_notebook
-from course.grading.report import write_feedback, write_report
+from course.grading.report import with_edition_markdown, write_feedback, write_report
 from course.grading.sandbox import FileGuard, choose_sandbox
 from course.grading.text import shown
 from course.grading.uids import Subordinate
+from course.messages import ENGLISH, notebook_language
 
 
 class SandboxRequired(RuntimeError):
@@ -192,7 +193,10 @@ def grade_notebook(student: str, source_path: Path, submission_path: Path | None
         message = "changed files outside its working copy (undone): " + "; ".join(run.changes["(setup)"])
         results.append(Result(student, f"{notebook}/(setup)", 0.0, 0.0, message[:MAX_MESSAGE]))
     try:  # the feedback is a courtesy: failing to write it costs no points
-        write_feedback(nb, exercises, results, config.out / "feedback" / student / source_path.name)
+        language = notebook_language(submission.get("metadata"))
+        if language != ENGLISH:  # the edition the student worked in: chapters/zh/exercises/...
+            nb = with_edition_markdown(nb, config.sources.parent / "zh" / config.sources.name / source_path.name)
+        write_feedback(nb, exercises, results, config.out / "feedback" / student / source_path.name, language)
     except (OSError, ValueError, TypeError) as error:
         print(f"WARNING: no feedback for {shown(student)}/{source_path.name}: {shown(error)}",
               file=sys.stderr, flush=True)

@@ -44,8 +44,8 @@ from course.grading.uids import JudgeUid, Subordinate, choose_subordinate, judge
 JUDGE = [sys.executable, "-s", "-c", "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
          "from course.grading.inside.judge import main; raise SystemExit(main())"]
 #: What the sandbox shows of the repository: the learner's package and what runs inside.
-EXPOSED = ("common", "pyproject.toml", "course/__init__.py", "course/checks.py", "course/assignments.py",
-           "course/grading/__init__.py", "course/grading/inside")
+EXPOSED = ("common", "pyproject.toml", "course/__init__.py", "course/checks.py", "course/messages.py",
+           "course/messages_zh.json", "course/assignments.py", "course/grading/__init__.py", "course/grading/inside")
 #: Room in the sandbox's working copy for the setup cells' files, beyond an exercise's ``--file-mb``.
 SETUP_MB = 128
 

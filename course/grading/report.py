@@ -20,6 +20,7 @@ import nbformat
 from course.assignments import Exercise, strip_hidden_tests
 from course.grading.config import Result
 from course.grading.text import clean, shown
+from course.messages import ENGLISH, translated
 
 
 def _safe(value: object) -> object:
@@ -48,14 +49,33 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
+def with_edition_markdown(nb: nbformat.NotebookNode, edition: Path) -> nbformat.NotebookNode:
+    """``nb`` with the markdown cells of its translation ``edition`` (``chapters/zh/exercises/...``:
+    the same cells, code equal modulo comments), so a student reads the feedback in the language
+    they worked in; ``nb`` as it is where there is no such edition or its cells do not line up."""
+    if not edition.is_file():
+        return nb
+    other = nbformat.read(edition, as_version=4)
+    if [c.cell_type for c in other.cells] != [c.cell_type for c in nb.cells]:
+        return nb
+    for cell, translated_cell in zip(nb.cells, other.cells, strict=True):
+        if cell.cell_type == "markdown":
+            cell.source = translated_cell.source
+    if "translation" in other.metadata:
+        nb.metadata["translation"] = other.metadata["translation"]
+    return nb
+
+
 def write_feedback(nb: nbformat.NotebookNode, exercises: list[Exercise], results: list[Result],
-                   path: Path) -> None:
-    """The answers, and under each check cell (hidden checks removed) its name, points and message."""
+                   path: Path, language: str = ENGLISH) -> None:
+    """The answers, and under each check cell (hidden checks removed) its name, points and message,
+    in the submission's ``language`` (``course.messages``)."""
     rows = {r.exercise.rsplit("/", 1)[1]: r for r in results}
     for exercise in exercises:
         cell, row = nb.cells[exercise.tests_cell], rows[exercise.key]
         cell.source = strip_hidden_tests(cell.source)
-        text = f"{exercise.key}: {row.points:g} / {row.max_points:g} points: {shown(row.message)}\n"
+        line = f"{exercise.key}: {row.points:g} / {row.max_points:g} points: {row.message}"
+        text = shown(translated(line, language)) + "\n"
         cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
     for cell in nb.cells:  # the answers as handed in, but encodable (no lone surrogate)
         cell.source = clean(cell.source)

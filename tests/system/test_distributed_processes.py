@@ -1,4 +1,4 @@
-"""Tests for common/distributed.py: samplers, launch helpers, the collectives under torchrun — the tests that start processes (the rest: tests/unit/test_distributed.py)."""
+"""Tests for common.ddp: the collectives and the device plan under torchrun — the tests that start processes (the rest: tests/unit/test_distributed.py, tests/unit/test_device_plan.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,18 @@ from common.ddp.launch import run_command, torchrun_command
 
 
 @pytest.mark.slow
-def test_collectives_on_two_processes():
-    done = run_command(torchrun_command("common.ddp.collectives_demo", nproc_per_node=2))
+def test_collectives_on_two_processes_and_companion_device_reaches_the_workers(monkeypatch):
+    """One torchrun launch for both: the collectives' results, and the device plan that
+    COMPANION_DEVICE=cpu makes every rank follow (the plan's cases: tests/unit/test_device_plan.py)."""
+    monkeypatch.setenv("COMPANION_DEVICE", "cpu")
+    done = run_command(torchrun_command("common.ddp.collectives_demo", nproc_per_node=2),
+                       timeout=180)
     lines = done.stdout.splitlines()
+    identity = lines[lines.index("== identity") + 1:][:2]
+    assert all("backend=gloo device=cpu" in line for line in identity), identity
+    plan_line = ("device plan: 2 ranks on this host, COMPANION_DEVICE=cpu -> every rank on cpu "
+                 "with gloo")
+    assert done.stderr.splitlines().count(plan_line) == 1, done.stderr[-2000:]
     section = {title: lines[i + 1: i + 3] for i, title in enumerate(lines) if title.startswith("==")}
     assert "  rank 0: before=1" in lines and "  rank 1: before=2" in lines
     assert lines.count("  rank 0: after=3") == 1 and lines.count("  rank 1: after=3") == 1

@@ -27,6 +27,7 @@ from common.fsdp.config import TINY, parse_config
 from common.fsdp.elastic import elastic_command, join_later
 from common.fsdp.train import main
 from common.synthetic import SyntheticConfig, ensure_data
+from tests.system.forked_ranks import forked_ranks_command
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own distributed tests
 
@@ -56,8 +57,12 @@ def _assert_close(out, reference, **tolerance) -> None:
 
 
 def _torchrun(data, out, *extra, nproc: int = 2, **launch) -> None:
-    run_command(torchrun_command("common.fsdp.train", _args(data, out, *extra),
-                                 nproc_per_node=nproc, **launch), timeout=120)
+    """N ranks of common.fsdp.train: forked from one interpreter (tests/system/forked_ranks.py)
+    unless the test is about restarts (``max_restarts``), which need torchrun's agent."""
+    args = _args(data, out, *extra)
+    command = (torchrun_command("common.fsdp.train", args, nproc_per_node=nproc, **launch) if launch
+               else forked_ranks_command("common.fsdp.train", args, nproc=nproc))
+    run_command(command, timeout=120)
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ from course.grading.grader import (
 from course.grading.judges import Run
 from course.grading.report import write_report
 from course.grading.sandbox import choose_sandbox
+from course.translate import zh_dir
 from tests.fixtures.submissions.hostile import HOSTILE, HOSTILE_POINTS
 from tests.fixtures.submissions.make_submissions import with_answers
 
@@ -45,16 +46,20 @@ REPO = Path(__file__).resolve().parents[2]
 #: machine and up to 2.5 s on an overloaded one: a shorter limit would make the test flaky.
 CELL_TIMEOUT = 6
 #: The submissions are graded by two graders side by side (one per core): one sandboxed where
-#: bwrap works, one without a sandbox (where only the file guard stands between eve and the
-#: instructor's files). eve is graded by both, every other student once; dave's timeout and
-#: second run are balanced by giving the other grader more notebooks.
-#: Hostile students (tests/fixtures/submissions/hostile.py, and links) are graded by both, and
-#: after them an honest student, who must get full marks whatever they did.
+#: bwrap works, one without a sandbox and with ``--trusted`` (where only the file guard stands
+#: between eve and the instructor's files). The hostile students (tests/fixtures/submissions/
+#: hostile.py, and links) and after them an honest student, who must get full marks whatever they
+#: did, are graded in the sandbox only: untrusted input is graded there (issue 28), and grading
+#: without it is for trusted input. The unsandboxed grader takes the honest and broken fixtures,
+#: dave's timeout and second run, eve and h4_files (whose file changes it must detect and undo).
 ATTACKERS = (*HOSTILE, "h5_symlink", "h6_hardlink", "h11_fifo")
 #: A folder name that is not UTF-8 (byte 0xE9), as Python names it: an honest student's.
 ODD_NAME = "h12_caf\udce9"
-SANDBOXED = ("dave", "eve", "mallory", *ATTACKERS, ODD_NAME, "zz_honest")
-UNSANDBOXED = ("alice", "blank", "bob", "carol", "eve", *ATTACKERS, ODD_NAME, "zz_honest")
+#: A student of the Chinese edition (chapters/zh/exercises), one answer wrong: the feedback speaks Chinese.
+CHINESE_STUDENT = "xiaoming"
+WRONG_EX1 = "def standardize(x):\n    return x - x.mean(dim=0)\n"
+SANDBOXED = ("eve", "mallory", *ATTACKERS, ODD_NAME, CHINESE_STUDENT, "zz_honest")
+UNSANDBOXED = ("alice", "blank", "bob", "carol", "dave", "eve", "h4_files", "zz_honest")
 BWRAP = choose_sandbox("auto")[0] == "bwrap"
 
 
@@ -66,6 +71,8 @@ def _copy_repo(root: Path) -> Path:
     (root / "chapters" / "exercises").mkdir(parents=True)
     for suffix in (".ipynb", ".py"):
         shutil.copy(exercises_dir() / NAME.replace(".ipynb", suffix), root / "chapters" / "exercises")
+    (root / "chapters" / "zh" / "exercises").mkdir(parents=True)  # the zh feedback's markdown
+    shutil.copy(zh_dir() / "exercises" / NAME, root / "chapters" / "zh" / "exercises")
     shutil.copytree(FIXTURES, root / "tests" / "fixtures" / "submissions",
                     ignore=shutil.ignore_patterns("__pycache__"))
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
@@ -96,6 +103,9 @@ def _submissions(root: Path, students: tuple[str, ...], repo: Path, fill: dict[s
             os.link(repo / "chapters" / "exercises" / NAME, folder / NAME)
         elif student == "h11_fifo":  # opening it for reading would wait for a writer forever
             os.mkfifo(folder / NAME)
+        elif student == CHINESE_STUDENT:
+            zh = nbformat.read(repo / "chapters" / "zh" / "exercises" / NAME, as_version=4)
+            nbformat.write(with_answers(zh, {"ex1": WRONG_EX1, "ex2": None}, fill), folder / NAME)
         elif student in HOSTILE:
             nbformat.write(with_answers(source, HOSTILE[student], fill), folder / NAME)
         else:  # zz_honest and ODD_NAME: every answer right
@@ -191,7 +201,7 @@ def _row(results, student: str, key: str):
 def test_each_submission_scores_exactly_the_expected_points(graded):
     totals = {k: v for k, v in _totals(graded["results"]).items() if k not in (*ATTACKERS, ODD_NAME, "zz_honest")}
     assert totals == {**{k: float(v) for k, v in EXPECTED.items()},
-                      "blank": 0.0, "mallory": 0.0}, graded["results"]
+                      "blank": 0.0, "mallory": 0.0, CHINESE_STUDENT: 2.0}, graded["results"]
     # The instructor's answers (in every submission but the broken exercises) pass the hidden checks.
     exercises = exercises_of(nbformat.read(exercises_dir() / NAME, as_version=4))
     for exercise in exercises:
@@ -211,6 +221,22 @@ def test_failure_messages_say_what_went_wrong(graded):
     assert "not attempted" in _row(results, "blank", "ex3").message
     assert "cannot read" in _row(results, "mallory", "ex1").message
     assert _row(results, "dave", "ex3").points == 2, "exercises after the loop are still graded"
+
+
+@pytest.mark.slow
+def test_a_chinese_students_feedback_is_chinese_and_the_report_stays_english(graded):
+    """Issue 27: the language comes from the submission's metadata (course/messages.py), the
+    feedback's markdown from chapters/zh/exercises; grades.csv is the instructor's, in English."""
+    rows = [r for r in graded["results"] if r.student == CHINESE_STUDENT]
+    assert [r.message for r in rows[:3]] == [
+        "check failed: AssertionError: column standard deviations (correction=0) should be 1",
+        "passed", "not attempted (NotImplementedError)"], rows
+    zh = nbformat.read(zh_dir() / "exercises" / NAME, as_version=4)
+    feedback = nbformat.read(graded["config"].out / "feedback" / CHINESE_STUDENT / NAME, as_version=4)
+    lines = [c.outputs[0].text for c in feedback.cells if c.cell_type == "code" and c.outputs]
+    assert lines[:3] == ["ex1：0 / 1 分：检查未通过：AssertionError: 每一列的标准差（correction=0）应为 1\n",
+                         "ex2：2 / 2 分：通过\n", "ex3：0 / 2 分：未作答（NotImplementedError）\n"], lines
+    assert feedback.cells[0].source == zh.cells[0].source, "the markdown the student read"
 
 
 @pytest.mark.slow
@@ -240,7 +266,8 @@ def test_report_csv_and_json_agree(graded):
 @pytest.mark.slow
 def test_feedback_shows_each_checks_name_points_and_message_not_the_hidden_checks(graded):
     source = nbformat.read(exercises_dir() / NAME, as_version=4)
-    feedback = nbformat.read(graded["config"].out / "feedback" / "dave" / NAME, as_version=4)
+    feedback = nbformat.read(graded["unsandboxed"]["config"].out / "feedback" / "dave" / NAME,
+                             as_version=4)
     for exercise in exercises_of(source):
         cell = feedback.cells[exercise.tests_cell]
         hidden = source.cells[exercise.tests_cell].source.split("### BEGIN HIDDEN TESTS")[1]
@@ -250,22 +277,17 @@ def test_feedback_shows_each_checks_name_points_and_message_not_the_hidden_check
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["auto", "none"])
-def test_attackers_gain_nothing_and_an_honest_student_after_them_gets_full_marks(graded, mode):
-    grader = graded if mode == "auto" else graded["unsandboxed"]
-    if mode == "auto" and not BWRAP:
+def test_attackers_gain_nothing_and_an_honest_student_after_them_gets_full_marks(graded):
+    if not BWRAP:
         pytest.skip("bubblewrap does not work here: the sandboxed grader ran unsandboxed")
-    totals = _totals(grader["results"])
-    expected = dict(HOSTILE_POINTS)
-    if mode == "none":  # unsandboxed, ex3 can read the solutions: the README says so
-        expected["h2_in_calls"] += 2
-    assert {k: totals[k] for k in HOSTILE} == expected, [r for r in grader["results"] if r.points]
+    totals = _totals(graded["results"])
+    assert {k: totals[k] for k in HOSTILE} == HOSTILE_POINTS, [r for r in graded["results"] if r.points]
     assert totals["h5_symlink"] == totals["h6_hardlink"] == 0
-    assert totals["zz_honest"] == 10, [r for r in grader["results"] if r.student == "zz_honest"]
-    assert grader["after"] == grader["before"], "the repository must end up unchanged"
-    assert grader["report_later"] == grader["report"], "a daemon rewrote the report"
-    assert "daemon" not in grader["report"]
-    assert not [p for p in grader["info"]["integrity"] if p["student"] == "zz_honest"]
+    assert totals["zz_honest"] == 10, [r for r in graded["results"] if r.student == "zz_honest"]
+    assert graded["after"] == graded["before"], "the repository must end up unchanged"
+    assert graded["report_later"] == graded["report"], "a daemon rewrote the report"
+    assert "daemon" not in graded["report"]
+    assert not [p for p in graded["info"]["integrity"] if p["student"] == "zz_honest"]
 
 
 @pytest.mark.slow
@@ -278,59 +300,55 @@ def test_top_level_attacks_are_refused_before_they_run(graded):
 
 @pytest.mark.slow
 def test_attacks_from_inside_calls_are_caught(graded):
-    for grader in (graded, graded["unsandboxed"]):
-        results = grader["results"]
-        assert "AttributeError" in _row(results, "h2_in_calls", "ex1").message, "there is no IPython"
-        rebinder = _row(results, "h2_in_calls", "ex2")
-        assert rebinder.points == 0 and "check failed" in rebinder.message, "the checker's torch is its own"
-        assert any(p["student"] == "h2_in_calls" and p["kind"] == "rebound" and "torch.allclose" in p["details"]
-                   for p in grader["info"]["integrity"]), "what it rebound in its own process is recorded"
-        assert "killed" in _row(results, "h2_in_calls", "ex4").message
-        assert _row(results, "h2_in_calls", "ex5").points == 2, "a new judge grades the rest"
-        assert "symbolic link" in _row(results, "h5_symlink", "ex1").message
-        assert "hard link" in _row(results, "h6_hardlink", "ex1").message
+    results = graded["results"]
+    assert "AttributeError" in _row(results, "h2_in_calls", "ex1").message, "there is no IPython"
+    rebinder = _row(results, "h2_in_calls", "ex2")
+    assert rebinder.points == 0 and "check failed" in rebinder.message, "the checker's torch is its own"
+    assert any(p["student"] == "h2_in_calls" and p["kind"] == "rebound" and "torch.allclose" in p["details"]
+               for p in graded["info"]["integrity"]), "what it rebound in its own process is recorded"
+    assert "killed" in _row(results, "h2_in_calls", "ex4").message
+    assert _row(results, "h2_in_calls", "ex5").points == 2, "a new judge grades the rest"
+    assert "symbolic link" in _row(results, "h5_symlink", "ex1").message
+    assert "hard link" in _row(results, "h6_hardlink", "ex1").message
 
 
 @pytest.mark.slow
 def test_forgeries_from_inside_calls_earn_nothing_and_the_hidden_checks_stay_out_of_reach(graded):
     """Each of these earned its points (5 of 10) while an answer shared its process with its checks."""
-    for grader in (graded, graded["unsandboxed"]):
-        results = grader["results"]
-        assert [_row(results, "h7_forgers", k).points for k in ("ex1", "ex2", "ex3", "ex4", "ex5")] == [0] * 5
-        assert "ChannelError" in _row(results, "h7_forgers", "ex1").message, "a forged report is noise"
-        assert "the gradient is wrong" in _row(results, "h7_forgers", "ex2").message, \
-            "the checker's torch.allclose is its own"
-        hidden = _row(results, "h7_forgers", "ex3").message
-        assert "hidden checks: not found" in hidden and "hidden layers" not in hidden, hidden
-        assert "expected accuracy 0.0833, got 0.5000" in _row(results, "h7_forgers", "ex5").message, \
-            "the check's own variables are out of the answer's reach"
+    results = graded["results"]
+    assert [_row(results, "h7_forgers", k).points for k in ("ex1", "ex2", "ex3", "ex4", "ex5")] == [0] * 5
+    assert "ChannelError" in _row(results, "h7_forgers", "ex1").message, "a forged report is noise"
+    assert "the gradient is wrong" in _row(results, "h7_forgers", "ex2").message, \
+        "the checker's torch.allclose is its own"
+    hidden = _row(results, "h7_forgers", "ex3").message
+    assert "hidden checks: not found" in hidden and "hidden layers" not in hidden, hidden
+    assert "expected accuracy 0.0833, got 0.5000" in _row(results, "h7_forgers", "ex5").message, \
+        "the check's own variables are out of the answer's reach"
 
 
 @pytest.mark.slow
 def test_objects_that_answer_torch_and_numpy_protocols_earn_nothing_and_crash_nothing(graded):
     """Class 1 of issue 29: a handle forwarded ``__torch_function__``, ``__array_interface__``..."""
-    for grader in (graded, graded["unsandboxed"]):
-        rows = [_row(grader["results"], "h9_data_only", k) for k in ("ex1", "ex2", "ex3", "ex4", "ex5")]
-        assert [r.points for r in rows] == [0, 0, 0, 0, 2], rows
-        for row in rows[:4]:
-            assert "check failed" in row.message and "killed" not in row.message, row.message
-        assert "must be Tensor, not Remote" in rows[0].message, "torch.allclose is not the answer's"
-        assert "the gradient is wrong" in rows[1].message, "a tensor subclass arrives as its data"
-        assert "shapes (20,) (5,)" in rows[3].message, "NumPy reads the 20 losses returned, not 2**20 of memory"
+    rows = [_row(graded["results"], "h9_data_only", k) for k in ("ex1", "ex2", "ex3", "ex4", "ex5")]
+    assert [r.points for r in rows] == [0, 0, 0, 0, 2], rows
+    for row in rows[:4]:
+        assert "check failed" in row.message and "killed" not in row.message, row.message
+    assert "must be Tensor, not Remote" in rows[0].message, "torch.allclose is not the answer's"
+    assert "the gradient is wrong" in rows[1].message, "a tensor subclass arrives as its data"
+    assert "shapes (20,) (5,)" in rows[3].message, "NumPy reads the 20 losses returned, not 2**20 of memory"
 
 
 @pytest.mark.slow
 def test_a_submission_cannot_take_the_grader_or_the_report_down(graded):
     """Class 4 of issue 29: a 100,000-deep cell, an oversized cell, escapes and surrogates, a FIFO,
     a folder name that is not UTF-8. Each costs its own exercise at most; the report stays whole."""
-    for grader in (graded, graded["unsandboxed"]):
-        results = grader["results"]
-        rows = [_row(results, "h10_take_down", k) for k in ("ex1", "ex2", "ex3", "ex4", "ex5")]
-        assert [r.points for r in rows] == [0, 0, 0, 3, 2], rows
-        assert "SyntaxError" in rows[0].message and "cannot be parsed" in rows[0].message, rows[0].message
-        assert "more than the 100,000 allowed" in rows[2].message, rows[2].message
-        assert "not a regular file" in _row(results, "h11_fifo", "ex1").message
-        assert _totals(results)[ODD_NAME] == 10, [r for r in results if r.student == ODD_NAME]
+    results = graded["results"]
+    rows = [_row(results, "h10_take_down", k) for k in ("ex1", "ex2", "ex3", "ex4", "ex5")]
+    assert [r.points for r in rows] == [0, 0, 0, 3, 2], rows
+    assert "SyntaxError" in rows[0].message and "cannot be parsed" in rows[0].message, rows[0].message
+    assert "more than the 100,000 allowed" in rows[2].message, rows[2].message
+    assert "not a regular file" in _row(results, "h11_fifo", "ex1").message
+    assert _totals(results)[ODD_NAME] == 10, [r for r in results if r.student == ODD_NAME]
     out = graded["out"]
     text = (out / "grades.csv").read_text(encoding="utf-8")
     assert not [c for c in text if not c.isprintable() and c not in "\n\r"], "a control character in grades.csv"
@@ -350,12 +368,11 @@ def test_a_submission_cannot_take_the_grader_or_the_report_down(graded):
 
 @pytest.mark.slow
 def test_resource_limits_say_which_limit_was_hit(graded):
-    for grader in (graded, graded["unsandboxed"]):
-        results = grader["results"]
-        assert "memory limit" in _row(results, "h3_resources", "ex1").message
-        output = _row(results, "h3_resources", "ex4").message  # 300 MB printed: one file, and all its files
-        assert "size limit" in output or "disk limit of 8 MiB for the exercise" in output, output
-        assert _row(results, "h3_resources", "ex2").points == 0
+    results = graded["results"]
+    assert "memory limit" in _row(results, "h3_resources", "ex1").message
+    output = _row(results, "h3_resources", "ex4").message  # 300 MB printed: one file, and all its files
+    assert "size limit" in output or "disk limit of 8 MiB for the exercise" in output, output
+    assert _row(results, "h3_resources", "ex2").points == 0
 
 
 @pytest.mark.slow

@@ -5,8 +5,10 @@ outside the checkout. To spare a two-minute torch install, that environment reac
 dependencies in ``.venv`` through a ``.pth`` line naming its site-packages folder (a plain path
 line: the ``.pth`` files there, among them the editable install of ``common``, are not
 processed). Chapters 01, 02_1 and 04_1 are copied into an empty folder and run top to bottom
-by a kernel of the new interpreter, with ``HOME`` in ``tmp_path`` (so the data is generated
-under ``~/.cache/torch-pipelines-companion`` there), under the network guard of ``make test``
+by a kernel of the new interpreter, with ``HOME`` in ``tmp_path`` (so the data is looked for
+under ``~/.cache/torch-pipelines-companion`` there; the test puts a copy of the checkout's
+``data/shapes`` there first, since generating it costs ten CPU seconds that the console-script test
+already spends on a small set from the same installed code), under the network guard of ``make test``
 and a write guard (tests/writeguard) that logs any write into the checkout from any process.
 This is those chapters' run in ``make test`` (the Makefile's ``WHEEL_CHAPTERS`` leaves them out of
 nbval), so cells marked ``# NBVAL_CHECK_OUTPUT`` must print what they stored, as under nbval.
@@ -156,6 +158,9 @@ def test_chapters_run_from_the_installed_package_in_an_empty_folder(installed, t
     for stem in CHAPTERS:
         shutil.copy2(REPO / "chapters" / f"{stem}.ipynb", work)
     env = _env(tmp_path, REPO)
+    cache = tmp_path / "home" / ".cache" / "torch-pipelines-companion"
+    if (REPO / "data" / "shapes" / "manifest.json").is_file():  # `make test` made it
+        shutil.copytree(REPO / "data" / "shapes", cache / "shapes")
     timings = {}
     for stem in CHAPTERS:
         nb = nbformat.read(work / f"{stem}.ipynb", as_version=4)
@@ -171,8 +176,7 @@ def test_chapters_run_from_the_installed_package_in_an_empty_folder(installed, t
         assert repo == "None" and data == str(tmp_path / "home" / ".cache" /
                                              "torch-pipelines-companion")
     print("seconds per chapter:", {k: round(v) for k, v in timings.items()})
-    assert (tmp_path / "home" / ".cache" / "torch-pipelines-companion" / "shapes" /
-            "manifest.json").is_file(), "the data is generated in the per-user cache"
+    assert (cache / "shapes" / "manifest.json").is_file(), "the data is in the per-user cache"
     assert (tmp_path / "runs" / "04_1").is_dir(), "chapters write ../runs beside their folder"
     guard = tmp_path / "writeguard.log"
     assert not guard.exists(), f"written into the checkout:\n{guard.read_text()}"

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
@@ -14,6 +13,7 @@ from common.data import CustomImageDataset
 from common.ddp.snapshot import read_snapshot
 from common.shards import train as shard_train
 from common.shards import write_shards
+from tests.system.forked_ranks import forked_ranks_command
 
 
 @pytest.fixture(scope="module")
@@ -40,12 +40,13 @@ def test_single_process_run(tiny_shards):
 @pytest.mark.parametrize("policy", ["pad", "drop"])
 def test_two_ranks_uneven_shards_equal_batches(tiny_shards, tmp_path, policy):
     out, snapshot = tmp_path / "run.json", tmp_path / "snap.pt"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node=2", "-m", "common.shards.train", "--tiny",
-               "--shards", str(tiny_shards / "train"), "--val-shards", str(tiny_shards / "val"),
-               "--equalize", policy, "--out", str(out), "--snapshot", str(snapshot)]
+    # Two ranks forked from one interpreter (tests/system/forked_ranks.py: torchrun's variables
+    # without its agent; the shards' arithmetic is the subject here, not the launcher).
+    command = forked_ranks_command("common.shards.train", [
+        "--tiny", "--shards", str(tiny_shards / "train"), "--val-shards", str(tiny_shards / "val"),
+        "--equalize", policy, "--out", str(out), "--snapshot", str(snapshot)], nproc=2)
     # A rank that runs out of batches first would leave the other waiting forever: on a
-    # timeout, kill torchrun *and* its ranks (they share the new session's process group).
+    # timeout, kill the launcher *and* its ranks (they share the new session's process group).
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
     try:
@@ -53,7 +54,7 @@ def test_two_ranks_uneven_shards_equal_batches(tiny_shards, tmp_path, policy):
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
-        pytest.fail(f"torchrun with equalize={policy!r} did not finish in 180 s (hang?)")
+        pytest.fail(f"2 ranks with equalize={policy!r} did not finish in 180 s (hang?)")
     assert process.returncode == 0, stderr[-3000:]
     run = json.loads(out.read_text())
     assert run["world_size"] == 2 and len(run["epochs"]) == 2

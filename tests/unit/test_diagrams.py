@@ -47,6 +47,7 @@ PLACEMENTS = {
     "dcp_reshard": "06_2_distributed_checkpoints.ipynb",
     "loader_resume": "06_3_compile_and_resumable_loaders.ipynb",
     "elastic_rendezvous": "06_4_elastic_training.ipynb",
+    "your_data_path": "07_your_data.ipynb",
 }
 #: Placements not made yet (those notebooks were being edited elsewhere); remove a name once its
 #: notebook shows it, and the test below holds it there.
