@@ -60,6 +60,20 @@ def cgroup_clock(root: Path = CPUACCT):
     return lambda: int(usage.read_text()) / 1e9
 
 
+def leave_cgroup(root: Path = CPUACCT) -> None:
+    """Move this process back to the cpuacct root and remove its cgroup (and the emptied ones of
+    earlier runs); a cgroup that still holds a process is left."""
+    try:
+        (root / "cgroup.procs").write_text(str(os.getpid()))
+    except OSError:
+        return
+    for group in (root / "companion-tests").glob("*"):
+        try:
+            group.rmdir()
+        except OSError:
+            pass
+
+
 class CpuMeter:
     """A pytest plugin for each worker: the CPU seconds of each test phase, in its report."""
 
@@ -69,6 +83,10 @@ class CpuMeter:
 
     def pytest_runtest_logstart(self) -> None:
         self.last = self.clock()
+
+    def pytest_sessionfinish(self) -> None:
+        if self.clock is not rusage_seconds:
+            leave_cgroup()
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):

@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 import os
 
-from tests.durations import UNKNOWN, CpuMeter, Recorder, cgroup_clock, file_of, load, order
+from tests.durations import (
+    UNKNOWN,
+    CpuMeter,
+    Recorder,
+    cgroup_clock,
+    file_of,
+    leave_cgroup,
+    load,
+    order,
+)
 
 
 def test_longest_file_first_tests_of_a_file_together_and_in_order():
@@ -50,6 +59,11 @@ def test_the_cpu_meter_puts_each_phases_seconds_in_its_report(tmp_path):
     (group / "cpuacct.usage").write_text("2500000000\n")
     assert cgroup_clock(tmp_path / "fake")() == 2.5
     assert (group / "cgroup.procs").read_text() == str(os.getpid())
+    (group / "cgroup.procs").unlink()
+    (group / "cpuacct.usage").unlink()
+    leave_cgroup(tmp_path / "fake")
+    assert (tmp_path / "fake" / "cgroup.procs").read_text() == str(os.getpid())
+    assert not group.exists(), "the emptied cgroup is removed"
     meter = CpuMeter()
     meter.clock = iter([10.0, 12.5, 13.0]).__next__
     meter.pytest_runtest_logstart()
