@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 ENGLISH = "en"
-#: The Chinese edition's language, as ``course.translate.LANGUAGE`` writes it into its notebooks.
+#: The Chinese edition's language, which ``course.translate`` writes into its notebooks.
 CHINESE = "zh-CN"
 LANGUAGES = (ENGLISH, CHINESE)
 #: Set to a language to choose it whatever the notebook says (a terminal, a test).

@@ -32,8 +32,9 @@ import polib
 from common.cli import is_dir, option, parse_dataclass_args
 from common.paths import chapters_dir
 from course import translate_comments
+from course.messages import CHINESE
 
-LANGUAGE = "zh-CN"
+LANGUAGE = CHINESE
 #: Old and new English this similar keep the old translation as a fuzzy draft.
 FUZZY_SIMILARITY = 0.5
 

@@ -21,7 +21,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 
-from common.ddp.launch import free_port
+from common.ddp.launch import free_port, torchrun_command
 
 #: Seconds the other ranks get to stop on their own after one failed, and after SIGTERM.
 GRACE = 5.0
@@ -30,6 +30,15 @@ GRACE = 5.0
 def forked_ranks_command(module: str, args: Sequence[str] = (), *, nproc: int = 2) -> list[str]:
     """The command line that runs ``module.main(args)`` on ``nproc`` forked ranks."""
     return [sys.executable, "-m", "tests.system.forked_ranks", module, str(nproc), *args]
+
+
+def launch_command(module: str, args: Sequence[str] = (), *, nproc: int = 2,
+                   max_restarts: int = 0) -> list[str]:
+    """Forked ranks for a run that cannot fail over; ``torchrun`` (its agent restarts the group)
+    for one that may (``max_restarts > 0``)."""
+    if max_restarts:
+        return torchrun_command(module, args, nproc_per_node=nproc, max_restarts=max_restarts)
+    return forked_ranks_command(module, args, nproc=nproc)
 
 
 def rank_env(rank: int, nproc: int, port: int) -> dict[str, str]:

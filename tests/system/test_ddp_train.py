@@ -22,7 +22,7 @@ from common.ddp.process_group import DistInfo
 from common.ddp.train import main
 from common.synthetic import SyntheticConfig, ensure_data
 from common.transforms import IMAGENET_STD
-from tests.system.forked_ranks import forked_ranks_command
+from tests.system.forked_ranks import launch_command
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own DDP tests
 
@@ -222,11 +222,8 @@ def test_onecycle_run_resumes_exactly(data13, one_process, tmp_path):
 def _torchrun(data, out, *extra, nproc=2, max_restarts=0) -> subprocess.CompletedProcess:
     """N ranks of common.ddp.train: forked from one interpreter (tests/system/forked_ranks.py)
     unless the test is about restarts, which need torchrun's agent."""
-    args = _args(data, out, *extra)
-    command = (torchrun_command("common.ddp.train", args, nproc_per_node=nproc,
-                                max_restarts=max_restarts) if max_restarts
-               else forked_ranks_command("common.ddp.train", args, nproc=nproc))
-    return run_command(command, timeout=120)
+    return run_command(launch_command("common.ddp.train", _args(data, out, *extra), nproc=nproc,
+                                      max_restarts=max_restarts), timeout=120)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import shutil
 import pytest
 import torch
 
-from common.ddp.launch import free_port, run_command, torchrun_command
+from common.ddp.launch import free_port, run_command
 from common.fsdp.checkpoint import (
     async_save_checkpoint,
     checkpoint_dirs,
@@ -27,7 +27,7 @@ from common.fsdp.config import TINY, parse_config
 from common.fsdp.elastic import elastic_command, join_later
 from common.fsdp.train import main
 from common.synthetic import SyntheticConfig, ensure_data
-from tests.system.forked_ranks import forked_ranks_command
+from tests.system.forked_ranks import launch_command
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own distributed tests
 
@@ -56,13 +56,11 @@ def _assert_close(out, reference, **tolerance) -> None:
         torch.testing.assert_close(actual[key], expected[key], **tolerance, msg=key)
 
 
-def _torchrun(data, out, *extra, nproc: int = 2, **launch) -> None:
+def _torchrun(data, out, *extra, nproc: int = 2, max_restarts: int = 0) -> None:
     """N ranks of common.fsdp.train: forked from one interpreter (tests/system/forked_ranks.py)
     unless the test is about restarts (``max_restarts``), which need torchrun's agent."""
-    args = _args(data, out, *extra)
-    command = (torchrun_command("common.fsdp.train", args, nproc_per_node=nproc, **launch) if launch
-               else forked_ranks_command("common.fsdp.train", args, nproc=nproc))
-    run_command(command, timeout=120)
+    run_command(launch_command("common.fsdp.train", _args(data, out, *extra), nproc=nproc,
+                               max_restarts=max_restarts), timeout=120)
 
 
 @pytest.fixture(scope="module")
