@@ -15,11 +15,14 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
 
     host (the instructor's machine)           | inside the sandbox (bubblewrap), own uid
                                               |
-    grader  --- JSON lines: setup cells, ---> | judge            passes the check cells on;
-    (grader.py, judges.py)  answers, checks   | (inside/judge.py)  first forks a template,
-      keeps only the reply fields it knows    |    |  which runs the setup cells and never holds
-      writes the report after every judge     |    |  a check cell; it forks per exercise:
-      of a notebook is dead                   |    +-- checker   runs the check cell; the
+    grader  --- JSON lines: per submission -> | judge            passes the check cells on;
+    (grader.py, judges.py)  begin, setup      | (inside/judge.py)  first forks a zygote,
+      cells, answers, checks                  |    |  which imports the setup's modules and
+      keeps only the reply fields it knows    |    |  forks a template per submission
+      writes the report after every judge     |    +-- template  runs the setup cells, never
+      of a notebook is dead                   |    |   (inside/processes.py)  holds a check
+                                              |    |  cell; it forks per exercise:
+                                              |    +-- checker   runs the check cell; the
                                               |    |   (inside/checker.py)  answer's names
                                               |    |    |                   are handles
                                               |    |    | socket: plain data only
@@ -31,8 +34,9 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
                                               |                            the checker's calls
 
 - *Who runs what.* The grader never runs student code. The judge runs only instructor
-  code. Every checker and answer process is forked from the judge's template, a process made
-  before the judge read any request, which never holds a check cell (the judge reads them to
+  code. Every checker and answer process is forked from a template, which the judge's zygote
+  forked fresh for the submission; the zygote was made before the judge read any request, so
+  no template holds a check cell or another submission's answers (the judge reads them to
   pass them on, and freed text stays in its memory); the answer process is forked (through
   the checker) before the checker reads its own exercise's check cell, so no answer process
   ever holds the text of any check. It runs the answer cells, which are
@@ -48,6 +52,13 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
   images), so C code never reads a handle as one of its objects. The checker is not dumpable (no ptrace, no
   ``/proc/PID/mem``) and reports JSON through a pipe of its own. So an answer earns its own
   exercise's points by the data it returns and nothing else.
+- *One judge per notebook, shared by its submissions.* Each submission starts from a fresh
+  template and sees only its own earlier answers; between exercises (of one submission or the
+  next) the judge kills every process left, removes the files created and stops on a changed
+  one, as it always did between exercises. An answer runs under the judge's uid and may signal
+  the zygote or a template: a zygote that forks no fresh template, or a template that stops
+  answering, ends the judge, and the grader starts a fresh one for the submissions left without
+  charging them (``judges.run_notebooks``).
 - *Integrity records, not penalties.* The answer process reports what it rebound among the
   libraries and the setup's names (``torch.allclose = ...`` in its own memory). That
   protects nothing (the checks run in the checker's memory), so it is recorded in

@@ -1,4 +1,4 @@
-"""The grader: submissions in, one judge run per notebook, scores and the report out.
+"""The grader: submissions in, judges shared by each notebook's submissions, scores and the report out.
 
 ``python -m course.grading --submissions DIR --out DIR`` (``--help`` for the limits). A
 submission's answer cells are put into the instructor source (``graded_notebook``); answer
@@ -14,7 +14,7 @@ import os
 import site
 import stat
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import nbformat
@@ -33,7 +33,7 @@ from course.grading.cgroups import available
 from course.grading.config import GradingConfig, Integrity, Result
 from course.grading.inside.answer_rules import answer_problems
 from course.grading.inside.channel import MAX_MESSAGE
-from course.grading.judges import Run, allow_list, may_drop, own_uids, run_notebook
+from course.grading.judges import Run, allow_list, may_drop, own_uids, run_notebook, run_notebooks
 from course.grading.report import with_edition_markdown, write_feedback, write_report
 from course.grading.sandbox import FileGuard, choose_sandbox
 from course.grading.text import shown
@@ -159,28 +159,50 @@ def score(exercise: Exercise, run: Run, refused: dict[str, str], missing: set[st
     return 0.0, f"{prefix}check failed: {check_error}"
 
 
-def grade_notebook(student: str, source_path: Path, submission_path: Path | None, config: GradingConfig,
-                   sandbox: str, guard: FileGuard | None, subordinate: Subordinate | None = None
-                   ) -> tuple[list[Result], list[Integrity]]:
-    """Grade one submitted notebook (an ordinary user's judges under ``subordinate`` uids where
-    given); never raises for anything the submission does."""
+@dataclass
+class Prepared:
+    """A submitted notebook read and checked, waiting for its judge run."""
+
+    student: str
+    source_path: Path
+    nb: nbformat.NotebookNode  # the instructor source with the submission's answer cells
+    exercises: list[Exercise]
+    missing: set[str]
+    refused: dict[str, str]
+    language: object  # the edition the student worked in (the notebook's metadata says)
+
+    @property
+    def requests(self) -> list[dict]:
+        return judge_requests(self.nb, self.exercises, self.refused | {k: "" for k in self.missing})
+
+
+def prepare(student: str, source_path: Path, submission_path: Path | None,
+            config: GradingConfig) -> Prepared | list[Result]:
+    """Read one submitted notebook and refuse what must not run: a ``Prepared`` for the judges,
+    or the rows already (not submitted, unreadable); never raises for anything the submission does."""
     source = nbformat.read(source_path, as_version=4)
     exercises = exercises_of(source, name=source_path.name)
     notebook = source_path.stem
     if submission_path is None:
-        return zero_rows(student, notebook, exercises, "not submitted"), []
+        return zero_rows(student, notebook, exercises, "not submitted")
     try:
         submission = read_submission(submission_path, Path(config.submissions) / student)
     except (OSError, ValueError, KeyError, TypeError) as error:  # nbformat raises several kinds
-        return zero_rows(student, notebook, exercises, f"cannot read the notebook: {error}"[:MAX_MESSAGE]), []
+        return zero_rows(student, notebook, exercises, f"cannot read the notebook: {error}"[:MAX_MESSAGE])
     nb, missing = graded_notebook(source, submission, exercises)
     refused = {e.key: why for e in exercises if e.key not in missing
                and (why := answer_problems(nb.cells[e.answer_cell].source))}
-    run = run_notebook(judge_requests(nb, exercises, refused | {k: "" for k in missing}), student,
-                        config, sandbox, guard, subordinate)
+    return Prepared(student, source_path, nb, exercises, missing, refused, submission.get("metadata"))
+
+
+def finish(prepared: Prepared, run: Run, config: GradingConfig) -> tuple[list[Result], list[Integrity]]:
+    """The rows and integrity records of one submitted notebook from its judges' run; writes its
+    feedback."""
+    student, source_path, nb, exercises = prepared.student, prepared.source_path, prepared.nb, prepared.exercises
+    notebook = source_path.stem
     results, integrity = [], []
     for exercise in exercises:
-        points, message = score(exercise, run, refused, missing)
+        points, message = score(exercise, run, prepared.refused, prepared.missing)
         results.append(Result(student, f"{notebook}/{exercise.key}", points, exercise.points, message))
         reply = run.replies.get(exercise.key) or {}
         for kind, field in (("checker", "tampered"), ("rebound", "rebound")):
@@ -193,7 +215,7 @@ def grade_notebook(student: str, source_path: Path, submission_path: Path | None
         message = "changed files outside its working copy (undone): " + "; ".join(run.changes["(setup)"])
         results.append(Result(student, f"{notebook}/(setup)", 0.0, 0.0, message[:MAX_MESSAGE]))
     try:  # the feedback is a courtesy: failing to write it costs no points
-        language = notebook_language(submission.get("metadata"))
+        language = notebook_language(prepared.language)
         if language != ENGLISH:  # the edition the student worked in: chapters/zh/exercises/...
             nb = with_edition_markdown(nb, config.sources.parent / "zh" / config.sources.name / source_path.name)
         write_feedback(nb, exercises, results, config.out / "feedback" / student / source_path.name, language)
@@ -201,6 +223,52 @@ def grade_notebook(student: str, source_path: Path, submission_path: Path | None
         print(f"WARNING: no feedback for {shown(student)}/{source_path.name}: {shown(error)}",
               file=sys.stderr, flush=True)
     return results, integrity
+
+
+def grade_notebook(student: str, source_path: Path, submission_path: Path | None, config: GradingConfig,
+                   sandbox: str, guard: FileGuard | None, subordinate: Subordinate | None = None
+                   ) -> tuple[list[Result], list[Integrity]]:
+    """Grade one submitted notebook on a judge of its own (an ordinary user's judges under
+    ``subordinate`` uids where given); never raises for anything the submission does."""
+    prepared = prepare(student, source_path, submission_path, config)
+    if not isinstance(prepared, Prepared):
+        return prepared, []
+    run = run_notebook(prepared.requests, student, config, sandbox, guard, subordinate)
+    return finish(prepared, run, config)
+
+
+def _grader_error(student: str, source_path: Path, error: Exception) -> list[Result]:
+    exercises = exercises_of(nbformat.read(source_path, as_version=4), name=source_path.name)
+    return zero_rows(student, source_path.stem, exercises,
+                     f"grader error: {type(error).__name__}: {error}"[:MAX_MESSAGE])
+
+
+def _finish_safely(prepared: Prepared, run: Run | Exception, config: GradingConfig
+                   ) -> tuple[list[Result], list[Integrity]]:
+    try:
+        if isinstance(run, Exception):
+            raise run
+        return finish(prepared, run, config)
+    except Exception as error:  # noqa: BLE001 - one broken submission must not stop the rest
+        return _grader_error(prepared.student, prepared.source_path, error), []
+
+
+def _runs(batch: list[Prepared], config: GradingConfig, sandbox: str, guard: FileGuard | None,
+          subordinate: Subordinate | None) -> dict[str, Run | Exception]:
+    """The judges' runs of one notebook's submissions, all on shared judges; if that fails (a
+    grader error), each submission again on a judge of its own, so that an error costs only the
+    submission it happened in."""
+    work = [(p.student, p.requests) for p in batch]
+    try:
+        return run_notebooks(work, config, sandbox, guard, subordinate, name=batch[0].source_path.stem)
+    except Exception:  # noqa: BLE001 - retried one by one below
+        runs: dict[str, Run | Exception] = {}
+        for student, requests in work:
+            try:
+                runs[student] = run_notebook(requests, student, config, sandbox, guard, subordinate)
+            except Exception as error:  # noqa: BLE001 - one broken submission must not stop the rest
+                runs[student] = error
+        return runs
 
 
 def zero_rows(student: str, notebook: str, exercises: list[Exercise], message: str) -> list[Result]:
@@ -238,16 +306,24 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
     # there comes from outside (a maintainer's edit) and must be neither blamed nor undone.
     guard = _guard(config) if sandbox != "bwrap" else None
     subordinate, who = own_uids(config, sandbox)
+    found = find_submissions(config, list(sources))
+    prepared: list[Prepared | list[Result]] = []
+    for student, name, path in found:
+        try:
+            prepared.append(prepare(student, sources[name], path, config))
+        except Exception as error:  # noqa: BLE001 - one broken submission must not stop the rest
+            prepared.append(_grader_error(student, sources[name], error))
+    runs: dict[tuple[str, str], Run | Exception] = {}
+    for name in sources:  # one notebook's submissions share judges
+        batch = [p for p in prepared if isinstance(p, Prepared) and p.source_path.stem == name]
+        if batch:
+            print(f"grading {shown(name)}: {len(batch)} submission(s) ...", flush=True)
+            runs.update({(name, s): run for s, run in _runs(batch, config, sandbox, guard, subordinate).items()})
     results: list[Result] = []
     integrity: list[Integrity] = []
-    for student, name, path in find_submissions(config, list(sources)):
-        print(f"grading {shown(student)}/{shown(name)} ...", flush=True)
-        try:
-            rows, problems = grade_notebook(student, sources[name], path, config, sandbox, guard, subordinate)
-        except Exception as error:  # noqa: BLE001 - one broken submission must not stop the rest
-            exercises = exercises_of(nbformat.read(sources[name], as_version=4), name=name)
-            rows, problems = zero_rows(student, name, exercises, f"grader error: {type(error).__name__}: "
-                                       f"{error}"[:MAX_MESSAGE]), []
+    for (student, name, _), ready in zip(found, prepared, strict=True):
+        rows, problems = (ready, []) if not isinstance(ready, Prepared) else \
+            _finish_safely(ready, runs[(name, student)], config)
         results += rows
         integrity += problems
     own = subordinate is not None or (os.geteuid() == 0 and may_drop(config, sandbox))

@@ -1,17 +1,19 @@
 """Starting judges and speaking to them, from the grader's side of the sandbox.
 
-``run_notebook`` starts a judge (``inside/judge.py``) in a fresh working copy, behind
+``run_notebooks`` starts a judge (``inside/judge.py``) in a fresh working copy, behind
 bubblewrap where it works (``allow_list`` is what it shows) and ``setpriv`` always (under a
 uid of its own as root, and as an ordinary user with subordinate uids: ``uids``), sends it
 the setup cells and exercises one request at a time, puts each exercise's checker into cgroups
 of the exercise's own where the machine gives them (``cgroups``) and names the limit it hit,
 checks the repository after every reply when there is no sandbox, and starts a new judge for
-the exercises that are left when one is killed. Only the fields it knows are kept from each reply. The threat model is in
-``course/grading/__init__.py``.
+the exercises that are left when one is killed. One judge grades every submission of a notebook
+in turn (each opened by ``begin``, which gives it a fresh template inside the judge). Only the
+fields it knows are kept from each reply. The threat model is in ``course/grading/__init__.py``.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import selectors
@@ -206,17 +208,36 @@ def _workdir(tmp: Path, uid: JudgeUid | None) -> Path:
     return workdir
 
 
-def _judge(requests: list[dict], tmp: Path, config: GradingConfig, sandbox: str, uid: JudgeUid | None,
-           guard: FileGuard | None, run: Run) -> list[dict]:
-    """Send requests to one judge until done or it dies; returns the requests left over."""
+def setup_imports(requests: list[dict]) -> list[str]:
+    """The modules the setup cells import (absolute imports, in order): the judge's zygote imports
+    them once, so that each submission's template does not import torch again."""
+    names: list[str] = []
+    for request in requests:
+        if request["op"] != "setup":
+            continue
+        try:
+            tree = ast.parse(request["code"])
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.append(node.module)
+    return list(dict.fromkeys(names))
+
+
+def _judge(work: list[tuple[str, list[dict]]], tmp: Path, config: GradingConfig, sandbox: str,
+           uid: JudgeUid | None, guard: FileGuard | None, runs: dict[str, Run]) -> list[tuple[str, list[dict]]]:
+    """Send each submission's requests to one judge until done or it stops; returns the work left."""
     inside = WORKDIR if sandbox == "bwrap" else tmp / "work"
     cgroups = Cgroups.create(config.memory_mb, config.processes)
     limits = {"repo": str(config.repo), "uid": uid.inner if uid else None, "cell_timeout": config.cell_timeout,
               "memory_mb": config.memory_mb, "cpu_seconds": config.cpu_seconds,
               "processes": config.processes, "open_files": config.open_files, "file_mb": config.file_mb,
               "shm": "/dev/shm" if sandbox == "bwrap" else None,  # the sandbox's own: emptied per exercise
-              "work_tmpfs": sandbox == "bwrap", "cgroups": sorted(cgroups.roots) if cgroups else []}
-    deadline = time.monotonic() + config.timeout
+              "work_tmpfs": sandbox == "bwrap", "cgroups": sorted(cgroups.roots) if cgroups else [],
+              "preload": setup_imports(work[0][1])}
     try:
         with open(tmp / "judge.err", "wb") as errors:
             proc = subprocess.Popen([*_prefix(config, sandbox, uid), *judge_command(limits)],
@@ -224,7 +245,7 @@ def _judge(requests: list[dict], tmp: Path, config: GradingConfig, sandbox: str,
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
                                     start_new_session=True)
         try:
-            return _serve(proc, requests, config, deadline, guard, run, cgroups)
+            return _serve(proc, work, config, guard, runs, cgroups)
         finally:
             _stop(proc, uid)
     finally:
@@ -232,12 +253,41 @@ def _judge(requests: list[dict], tmp: Path, config: GradingConfig, sandbox: str,
             cgroups.remove()
 
 
-def _serve(proc: subprocess.Popen, requests: list[dict], config: GradingConfig, deadline: float,
-           guard: FileGuard | None, run: Run, cgroups: Cgroups | None) -> list[dict]:
-    """The requests, one at a time, each exercise in cgroups of its own; returns those left over."""
+def _serve(proc: subprocess.Popen, work: list[tuple[str, list[dict]]], config: GradingConfig,
+           guard: FileGuard | None, runs: dict[str, Run], cgroups: Cgroups | None) -> list[tuple[str, list[dict]]]:
+    """Each submission in turn, opened by ``begin`` (a fresh template in the judge); returns the
+    work left when the judge stops: the rest of the submission it stopped in, then the others.
+
+    A ``begin`` that fails after this judge graded a submission charges nobody (an answer may
+    have stopped the zygote); on a judge that graded nothing yet, it is that submission's failure,
+    as a judge that never answers would have been before.
+    """
     buffer = bytearray()
-    left = list(requests)
     place = _placer(proc, cgroups) if cgroups is not None else None
+    for index, (student, requests) in enumerate(work):
+        deadline = time.monotonic() + config.timeout
+        reply = exchange(proc, buffer, {"op": "begin"}, config, deadline)
+        if reply is None or reply.get("op") != "begin" or reply.get("ok") is not True:
+            if index:
+                return work[index:]
+            why = "the judge did not start a fresh template (it was killed or stopped answering)"
+            runs[student].fatal.update({r["key"]: why for r in requests if r["op"] == "exercise"})
+            return work[1:]
+        left = _serve_one(proc, buffer, requests, config, deadline, guard, runs[student], cgroups, place)
+        if left is not None:
+            exercises = [r for r in left if r["op"] == "exercise"]
+            # A new judge: the setup cells again, then the exercises after the one that stopped this one.
+            rest = [r for r in requests if r["op"] == "setup" or r in exercises] if exercises else []
+            return ([(student, rest)] if rest else []) + work[index + 1:]
+    return []
+
+
+def _serve_one(proc: subprocess.Popen, buffer: bytearray, requests: list[dict], config: GradingConfig,
+               deadline: float, guard: FileGuard | None, run: Run, cgroups: Cgroups | None,
+               place: Callable[[int], bool] | None) -> list[dict] | None:
+    """One submission's requests, each exercise in cgroups of its own; the requests left over
+    if the judge stopped (None: all were answered, or nothing more can be graded)."""
+    left = list(requests)
     while left:
         request = left.pop(0)
         key = request.get("key", "(setup)")
@@ -256,7 +306,7 @@ def _serve(proc: subprocess.Popen, requests: list[dict], config: GradingConfig, 
             run.fatal[key] = why
             if request["op"] == "setup":  # nothing after a broken setup can be graded
                 run.fatal.update({r["key"]: why for r in left if r["op"] == "exercise"})
-                return []
+                return None
             return left
         if reply.get("op") == "setup" and reply.get("error"):
             run.setup_errors[request["index"]] = str(reply["error"])[:MAX_MESSAGE]
@@ -264,7 +314,7 @@ def _serve(proc: subprocess.Popen, requests: list[dict], config: GradingConfig, 
             run.replies[key] = {**reply, "fatal": hit} if hit else reply
             if reply.get("restart"):  # the judge stopped: the setup's files had been changed
                 return left
-    return []
+    return None
 
 
 def _stop(proc: subprocess.Popen, uid: JudgeUid | None) -> None:
@@ -283,22 +333,27 @@ def _stop(proc: subprocess.Popen, uid: JudgeUid | None) -> None:
         kill_uid(uid.host)
 
 
-def run_notebook(requests: list[dict], student: str, config: GradingConfig, sandbox: str,
-                  guard: FileGuard | None, subordinate: Subordinate | None = None) -> Run:
-    """Run the requests, starting a new judge (setup again) after one was killed; an ordinary user's
+def run_notebooks(work: list[tuple[str, list[dict]]], config: GradingConfig, sandbox: str,
+                  guard: FileGuard | None, subordinate: Subordinate | None = None,
+                  name: str = "notebook") -> dict[str, Run]:
+    """Run every submission's requests of one notebook (``(student, requests)`` in turn) on as few
+    judges as possible: one, and a new one (setup again) after one stopped. An ordinary user's
     judges run under ``subordinate`` uids where given (``own_uids``)."""
-    run = Run()
-    left = requests if any(r["op"] == "exercise" for r in requests) else []
+    runs = {student: Run() for student, _ in work}
+    left = [(s, requests) for s, requests in work if any(r["op"] == "exercise" for r in requests)]
     while left:
         uid = judge_uid(subordinate) if may_drop(config, sandbox) else None
-        with tempfile.TemporaryDirectory(prefix=f"grade-{student}-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"grade-{name}-") as tmp:
             if sandbox != "bwrap":  # the sandbox's working copy is a tmpfs of its own
                 _workdir(Path(tmp), uid)
-            left = _judge(left, Path(tmp), config, sandbox, uid, guard, run)
-        exercises = [r for r in left if r["op"] == "exercise"]
-        # A new judge: the setup cells again, then the exercises after the one that killed the last.
-        left = [r for r in requests if r["op"] == "setup" or r in exercises] if exercises else []
-    return run
+            left = _judge(left, Path(tmp), config, sandbox, uid, guard, runs)
+    return runs
+
+
+def run_notebook(requests: list[dict], student: str, config: GradingConfig, sandbox: str,
+                 guard: FileGuard | None, subordinate: Subordinate | None = None) -> Run:
+    """``run_notebooks`` for one submission."""
+    return run_notebooks([(student, requests)], config, sandbox, guard, subordinate)[student]
 
 
 def _needed(config: GradingConfig) -> list[Path]:

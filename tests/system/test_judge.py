@@ -13,9 +13,10 @@ import nbformat
 import pytest
 
 from course.assignments import exercises_of, instructor_sources, student_version
+from course.grading import judges
 from course.grading.config import GradingConfig
 from course.grading.inside.answer_rules import answer_problems
-from course.grading.judges import exchange, judge_command, run_notebook
+from course.grading.judges import exchange, judge_command, run_notebook, run_notebooks
 from tests.fixtures.submissions.make_submissions import solution_of
 
 REPO = Path(__file__).resolve().parents[2]
@@ -245,3 +246,45 @@ def test_what_an_exercise_leaves_in_dev_shm_is_removed_before_the_next(tmp_path)
     assert replies["writes"]["check_error"] is None, (replies, done.stderr[-1000:])
     assert replies["reads"]["check_error"] is None, "only the file that was there before is left"
     assert sorted(p.name for p in shm.iterdir()) == ["before"]
+
+
+#: Parent pid of a process, from ``/proc``: an answer climbs from itself to the zygote with it.
+_CLIMB = """def _parent(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+"""
+
+
+def test_one_judge_grades_the_submissions_in_turn_and_sabotage_costs_only_its_author(tmp_path, monkeypatch):
+    """Submissions share a judge, each from a fresh template with only its own earlier answers; one
+    that stops the zygote or kills its template leaves its own points as they are and the next
+    submission is graded on a fresh judge, in full."""
+    judges_started = []
+    start = judges._judge
+    monkeypatch.setattr(judges, "_judge", lambda work, *a: judges_started.append(len(work)) or start(work, *a))
+    setup = {"op": "setup", "index": 0, "code": "seen = []"}
+    uses_g = _exercise("uses", "def f():\n    return g()", "assert f() == 1 and seen == []")
+    stops_zygote = _CLIMB + ("def f():\n    import os, signal\n    template = _parent(os.getppid())\n"
+                             "    os.kill(_parent(template), signal.SIGSTOP)\n    return 1")
+    kills_template = _CLIMB + "def f():\n    import os, signal\n    os.kill(_parent(os.getppid()), signal.SIGKILL)\n" \
+        "    return 1"
+    work = [
+        ("p", [setup, _exercise("defines", "def g():\n    seen.append(1)\n    return 1\n\ndef f():\n    return g()"),
+               uses_g]),
+        ("q", [setup, uses_g]),  # p's g is not an earlier answer of q's
+        ("r", [setup, _exercise("stops", stops_zygote)]),
+        ("s", [setup, _exercise("honest", "def f():\n    return 1")]),
+        ("t", [setup, _exercise("kills", kills_template)]),
+        ("u", [setup, _exercise("honest", "def f():\n    return 1")]),
+    ]
+    config = GradingConfig(tmp_path / "subs", tmp_path / "out", repo=REPO, sandbox="none", cell_timeout=10,
+                           trusted=True)
+    runs = run_notebooks(work, config, "none", None)
+    assert runs["p"].replies["uses"]["check_error"] is None, "an exercise sees its own earlier answers"
+    assert "NameError" in runs["q"].replies["uses"]["check_error"], "but not another submission's"
+    assert runs["r"].replies["stops"]["check_error"] is None, "stopping the zygote after its answer ran costs r nothing"
+    assert "killed" in runs["t"].fatal["kills"], "killing its own template costs t that exercise"
+    for honest in ("s", "u"):
+        assert runs[honest].replies["honest"]["check_error"] is None and not runs[honest].fatal, runs[honest]
+    assert judges_started == [6, 3, 1], "p, q and r on the first judge; s and t on a second; u on a third"

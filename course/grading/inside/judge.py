@@ -3,8 +3,9 @@
 Started by the grader (``course.grading.judges``) as ``python -m course.grading.inside.judge
 LIMITS_JSON``, behind bubblewrap and ``setpriv``, in a fresh working copy. It speaks JSON
 lines on stdin/stdout: setup cells one at a time, then per exercise the student's answer
-cell. Before reading anything it forks a template (:class:`Template`), which runs the setup
-cells and never holds a check cell; per exercise the template forks the checker, which
+cell. Before reading anything it forks a zygote (:class:`Zygote`), which forks a template
+(:class:`Template`) per submission; the template runs the setup cells and never holds a check
+cell; per exercise the template forks the checker, which
 waits until the judge says ``place`` and the grader has put it into the exercise's cgroups
 (where there are any: ``course.grading.cgroups``), then forks the answer process
 (``checker``, ``answer``); the judge replies ``ready`` and only then is sent the check cell,
@@ -15,8 +16,16 @@ judge leaves exactly ``file_mb`` MiB free in the sandbox's working copy (``space
 each exercise it kills every process left behind (it is a child subreaper, so double-forked
 daemons come back to it), names a filled working copy or ``/dev/shm``, removes the files that
 were created, and, if a file that existed before was changed by the answer, says so and
-stops: the grader starts a fresh judge for the rest. The threat
-model is in ``course/grading/__init__.py``.
+stops: the grader starts a fresh judge for the rest.
+
+One judge grades every submission of a notebook in turn, each opened by ``begin``: the judge
+kills the last template and the zygote forks a fresh one, so every submission's setup cells run
+from the same clean state (the zygote runs no cell and reads no request), and the earlier answers
+an exercise sees are its own submission's. An answer runs under the judge's uid and may signal
+the zygote or its template: a zygote that forks no template makes ``begin`` fail, and a template
+that no longer answers after an exercise makes the reply say ``restart``; either way the grader
+starts a fresh judge for what is left, and no other submission pays for it. The threat model is
+in ``course/grading/__init__.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +35,6 @@ import json
 import os
 import select
 import signal
-import socket
 import sys
 import time
 import traceback
@@ -34,9 +42,7 @@ import types
 
 import psutil
 
-from course.grading.inside.answer import settle_imports
-from course.grading.inside.cells import run_cell
-from course.grading.inside.checker import checker_process
+from course.grading.inside.processes import Template, Zygote
 from course.grading.inside.space import (
     Reserve,
     changed_files,
@@ -71,110 +77,6 @@ def kill_strays(keep: tuple[int, ...] = ()) -> None:
                 os.waitpid(child.pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
-
-
-class Template:
-    """The judge's end of the template process, which runs the setup cells and forks the checkers.
-
-    The judge reads each check cell (from the grader) to pass it on, so its memory holds the
-    checks of every exercise so far, freed but not erased: an answer forked from it could read
-    them in its own memory. So the judge forks, before it reads any request, a template that
-    never holds a check cell: it runs the setup cells, and for each exercise the judge sends it
-    the request and three pipe ends, and it forks the checker (which forks the answer process).
-    The check cell goes from the judge to the checker through a pipe; the template tells the
-    judge the checker's pid and, when it has ended, its wait status.
-    """
-
-    def __init__(self, module: types.ModuleType, limits: dict, io: tuple) -> None:
-        ours, theirs = socket.socketpair()
-        self.pid = os.fork()
-        if self.pid == 0:
-            ours.close()
-            for fd in (f.fileno() for f in io):
-                os.close(fd)
-            _template(theirs, module, limits)
-        theirs.close()
-        self.sock = ours
-        self.buffer = b""
-
-    def _send(self, kind: bytes, request: dict, fds: tuple[int, ...] = ()) -> None:
-        data = json.dumps(request).encode()
-        socket.send_fds(self.sock, [kind + len(data).to_bytes(8, "big")], list(fds))
-        self.sock.sendall(data)
-
-    def setup(self, request: dict) -> str | None:
-        """Run one setup cell in the template; the error it raised, if any."""
-        try:
-            self._send(b"S", request)
-            return json.loads(self.line(None) or "{}").get("error")
-        except (OSError, ValueError) as error:
-            return f"the template process failed ({error})"
-
-    def start(self, request: dict, fds: tuple[int, int, int]) -> int | None:
-        """Fork the checker for ``request`` with its pipe ends; its pid (None: no template)."""
-        try:
-            self._send(b"E", request, fds)
-            line = self.line(None)
-        except OSError:
-            return None
-        return int(line.split()[1]) if line and line.startswith("pid ") else None
-
-    def line(self, timeout: float | None) -> str | None:
-        """The template's next line, or None if none came within ``timeout`` seconds."""
-        while b"\n" not in self.buffer:
-            if timeout is not None and not select.select([self.sock], [], [], timeout)[0]:
-                return None
-            chunk = self.sock.recv(4096)
-            if not chunk:
-                raise OSError("the template process ended")
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return line.decode()
-
-
-def _receive(sock: socket.socket) -> tuple[bytes, dict, list[int]] | None:
-    header, fds, _, _ = socket.recv_fds(sock, 9, 3)
-    while 0 < len(header) < 9:
-        chunk = sock.recv(9 - len(header))
-        if not chunk:
-            return None
-        header += chunk
-    if not header:
-        return None
-    size, data = int.from_bytes(header[1:], "big"), b""
-    while len(data) < size:
-        chunk = sock.recv(min(1 << 20, size - len(data)))
-        if not chunk:
-            return None
-        data += chunk
-    return header[:1], json.loads(data.decode()), fds
-
-
-def _template(sock: socket.socket, module: types.ModuleType, limits: dict) -> None:
-    """The template process: runs the setup cells, forks one checker per exercise; never returns."""
-    try:
-        while (message := _receive(sock)) is not None:
-            kind, request, fds = message
-            if kind == b"S":
-                error = run_cell(request["code"], module.__dict__, f"<setup cell {request['index']}>", limits)
-                sock.sendall((json.dumps({"error": error}) + "\n").encode())
-                continue
-            if kind != b"E" or len(fds) != 3:
-                break
-            settle_imports()  # here, not in every answer process
-            pid = os.fork()
-            if pid == 0:
-                sock.close()
-                checker_process(request, module, limits, tuple(fds))
-            for fd in fds:
-                os.close(fd)
-            sock.sendall(f"pid {pid}\n".encode())
-            status = os.waitpid(pid, 0)[1]
-            sock.sendall(f"status {status}\n".encode())
-    except (OSError, ValueError):
-        pass
-    finally:
-        os._exit(0)
 
 
 def _await_ready(ready: int, template: Template, deadline: float) -> bool | int:
@@ -297,7 +199,8 @@ def _result(payload: bytes, status: int, timed_out: bool, limits: dict) -> tuple
     return result, written
 
 
-def _exercise(request: dict, template: Template, limits: dict, io: tuple, reserve: Reserve | None) -> dict:
+def _exercise(request: dict, template: Template, limits: dict, io: tuple, reserve: Reserve | None,
+              keep: tuple[int, ...] = ()) -> dict:
     root = os.getcwd()
     if reserve is not None:
         reserve.refill()
@@ -305,7 +208,7 @@ def _exercise(request: dict, template: Template, limits: dict, io: tuple, reserv
     shm = limits.get("shm")
     shm_before = listing(shm) if shm and os.path.isdir(shm) else set()
     payload, status, timed_out, placed = _run_checker(request, template, limits, io)
-    kill_strays(keep=(template.pid,))
+    kill_strays(keep=(template.pid, *keep))
     os.ftruncate(1, 0)  # the output log: nobody reads it, and the size limit is per file
     os.lseek(1, 0, os.SEEK_SET)
     result, written = _result(payload, status, timed_out, limits)
@@ -376,21 +279,31 @@ def main(argv: list[str] | None = None) -> int:
     module = types.ModuleType("__main__")
     sys.modules["__main__"] = module
     earlier: list[tuple[str, str]] = []
-    template = Template(module, limits, (requests, replies))  # before any check cell is read
+    zygote = Zygote(module, limits, (requests, replies))  # before any request is read
+    template = zygote.template()
     # after the template: no checker or answer process holds the reserve
     reserve = Reserve(os.getcwd(), limits["file_mb"]) if limits.get("work_tmpfs") else None
     while line := requests.readline():
         request = json.loads(line)
-        if request["op"] == "setup":
+        if request["op"] == "begin":  # the next submission: a fresh template, no earlier answers
+            if template is not None:
+                template.close()
+            template, earlier = zygote.template(), []
+            reply = {"op": "begin", "ok": template is not None}
+        elif template is None:
+            break
+        elif request["op"] == "setup":
             reply = {"op": "setup", "index": request["index"], "error": template.setup(request)}
         elif request["op"] == "exercise":
             reply = _exercise({**request, "earlier": list(earlier)}, template, limits, (requests, replies),
-                              reserve)
+                              reserve, keep=(zygote.pid,))
             earlier.append((request["key"], request["answer"]))
+            if not template.alive():  # stopped or killed by the answer: the rest on a fresh judge
+                reply["restart"] = True
         else:
             break
         replies.write(json.dumps(reply) + "\n")
-        if reply.get("restart"):
+        if reply.get("restart") or template is None:
             break
     kill_strays()
     return 0
