@@ -7,7 +7,11 @@ of many repeats) choose a smaller size with ``sized(full, quick=...)``. Checks t
 run can pass (an accuracy after 24 epochs) are written ``assert is_quick_run() or ...``; every
 other check holds in both.
 
-Nothing else changes under the variable: the same functions, the same code paths, the same data.
+Nothing else changes under the variable: the same functions, the same code paths, the same data,
+but for one thing: ``common.ddp.launch.torchrun_command`` adds torchrun's own ``--start-method=fork
+--run-path FILE``, so that torchrun's agent forks its workers from the interpreter that imported torch
+instead of starting a Python per worker (the same agent, rendezvous and restarts; half the CPU seconds
+of a tiny launch). A learner's run, and the stored outputs, start every worker fresh.
 """
 
 from __future__ import annotations

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+from common.quick import is_quick_run
 
 
 def free_port() -> int:
@@ -21,13 +25,20 @@ def free_port() -> int:
 
 def torchrun_command(module: str, args: Sequence[str] = (), *, nproc_per_node: int = 2,
                      nnodes: int = 1, rdzv_endpoint: str | None = None, rdzv_id: str = "job",
-                     max_restarts: int = 0) -> list[str]:
+                     max_restarts: int = 0, fork_workers: bool | None = None) -> list[str]:
     """The ``torchrun ... -m module args`` command line, as a list for ``subprocess``.
 
     It calls ``python -m torch.distributed.run`` (what the ``torchrun`` script runs) with
     this interpreter, so it uses the same environment as the caller. With one node and no
     endpoint it is ``--standalone`` (a local rendezvous on a free port); otherwise a c10d
     rendezvous at ``rdzv_endpoint`` that ``nnodes`` agents join.
+
+    ``fork_workers`` adds two flags of torchrun's own, ``--start-method=fork --run-path FILE``
+    (``FILE``: the module's file): the agent forks its workers, and each runs the module's file in
+    the interpreter that has imported torch already, instead of starting a Python of its own. The
+    agent, the rendezvous, the restarts and the workers' variables are torchrun's either way; a
+    tiny run costs half the CPU seconds. ``None`` (the default) turns it on only under ``make test``
+    (``common.quick.is_quick_run``); a learner's run starts every worker fresh, as a real job does.
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
@@ -41,7 +52,30 @@ def torchrun_command(module: str, args: Sequence[str] = (), *, nproc_per_node: i
                     f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}"]
     if max_restarts:
         command.append(f"--max-restarts={max_restarts}")
-    return command + ["-m", module, *args]
+    return command + worker_entry(module, args, fork_workers=fork_workers)
+
+
+def worker_entry(module: str, args: Sequence[str] = (), *, fork_workers: bool | None = None) -> list[str]:
+    """The end of a torchrun command line: ``-m module args``, or with ``fork_workers`` (``None``:
+    under ``make test`` only) ``--start-method=fork --run-path FILE args`` (``torchrun_command``).
+
+    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    """
+    if is_quick_run() if fork_workers is None else fork_workers:
+        return ["--start-method=fork", "--run-path", module_file(module), *args]
+    return ["-m", module, *args]
+
+
+def module_file(module: str) -> str:
+    """The absolute path of ``module``'s source file (what ``torchrun --run-path`` runs).
+
+    Raises:
+        ValueError: The module cannot be found, or has no source file.
+    """
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        raise ValueError(f"{module} is not a module with a source file that torchrun --run-path can run")
+    return str(Path(spec.origin).resolve())
 
 
 #: Environment for torchrun agents that may restart their workers. By default the agent
@@ -52,12 +86,13 @@ RESTART_SAFE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def launch_env(*, threads: int = 1) -> dict[str, str]:
-    """This process's environment, plus ``OMP_NUM_THREADS`` (one thread per rank on a CPU)
-    and ``RESTART_SAFE_ENV``.
+    """This process's environment, plus ``OMP_NUM_THREADS`` (one thread per rank on a CPU),
+    ``PYTHONUNBUFFERED`` (each line a rank prints arrives at once, as torchrun's ``python -u``
+    workers print, forked workers too) and ``RESTART_SAFE_ENV``.
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), **RESTART_SAFE_ENV}
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1", **RESTART_SAFE_ENV}
 
 
 def restart_hazard() -> str | None:

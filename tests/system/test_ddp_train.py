@@ -270,7 +270,9 @@ def _worker(agent_pid: int, rank: str) -> psutil.Process:
 def test_sigkilled_worker_restarts_from_snapshot(data13, two_ranks, tmp_path):
     args = _args(data13, tmp_path, "--snapshot", str(tmp_path / "snap.pt"),
                  "--snapshot-every", "2", "--step-delay", "0.4")
-    agent = subprocess.Popen(torchrun_command("common.ddp.train", args, max_restarts=1),
+    # Workers started as processes of their own (no --run-path fork): the test finds one by its
+    # command line and environment and SIGKILLs it.
+    agent = subprocess.Popen(torchrun_command("common.ddp.train", args, max_restarts=1, fork_workers=False),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env=launch_env())
     log = tmp_path / "log.jsonl"

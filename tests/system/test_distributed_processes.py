@@ -12,7 +12,9 @@ def test_collectives_on_two_processes_and_companion_device_reaches_the_workers(m
     """One torchrun launch for both: the collectives' results, and the device plan that
     COMPANION_DEVICE=cpu makes every rank follow (the plan's cases: tests/unit/test_device_plan.py)."""
     monkeypatch.setenv("COMPANION_DEVICE", "cpu")
-    done = run_command(torchrun_command("common.ddp.collectives_demo", nproc_per_node=2),
+    # fork_workers=False: `torchrun -m` with a fresh Python per worker, as a learner's run starts
+    # them (most launches under make test fork them instead: torchrun_command).
+    done = run_command(torchrun_command("common.ddp.collectives_demo", nproc_per_node=2, fork_workers=False),
                        timeout=180)
     lines = done.stdout.splitlines()
     identity = lines[lines.index("== identity") + 1:][:2]

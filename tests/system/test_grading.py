@@ -422,20 +422,6 @@ def test_only_answer_cells_come_from_the_submission():
     assert all(c.get("outputs", []) == [] for c in nb.cells if c.cell_type == "code")
 
 
-@pytest.mark.slow
-def test_the_instructor_solutions_score_full_marks_in_every_notebook(tmp_path):
-    """Every check of every exercise notebook works through the answer/checker channel."""
-    folder = tmp_path / "subs" / "instructor"
-    folder.mkdir(parents=True)
-    sources = sorted(exercises_dir().glob("ex*.ipynb"))
-    for source in sources:
-        shutil.copy(source, folder / source.name)
-    config = GradingConfig(tmp_path / "subs", tmp_path / "out", repo=REPO, cell_timeout=150)
-    results, _ = grade(config)
-    assert len({r.exercise.split("/")[0] for r in results}) == len(sources) == 6
-    assert [r for r in results if r.points != r.max_points] == []
-
-
 #: ex03 Exercise 2, passed by the old checks: its instance holds only the two arrays (what
 #: ``vars(ds)`` shows), but it serves the samples from a list kept on the class.
 _KEEPS_THE_LIST = '''class CompactDataset(Dataset):
@@ -453,19 +439,55 @@ _KEEPS_THE_LIST = '''class CompactDataset(Dataset):
         return CompactDataset.kept["samples"][index]'''
 
 
-def test_a_dataset_that_serves_a_kept_list_fails_the_compact_index_exercise(tmp_path):
-    """Issue 29: ex03 Exercise 2 is checked by what its arrays mean, not by what vars() shows."""
+
+
+@pytest.fixture(scope="module")
+def classroom(tmp_path_factory):
+    """Every exercise notebook handed in by three students, graded in one run (each notebook's
+    submissions share a judge): the instructor (the solutions), "blank" (the student versions,
+    untouched) and "lister" (ex03 only, its Exercise 2 answered with ``_KEEPS_THE_LIST``)."""
+    root = tmp_path_factory.mktemp("classroom")
+    sources = sorted(exercises_dir().glob("ex*.ipynb"))
+    for student in ("instructor", "blank", "lister"):
+        (root / "subs" / student).mkdir(parents=True)
+    for source in sources:
+        shutil.copy(source, root / "subs" / "instructor" / source.name)
+        nbformat.write(student_version(nbformat.read(source, as_version=4)), root / "subs" / "blank" / source.name)
     name = "ex03_efficient_pipelines.ipynb"
     source = nbformat.read(exercises_dir() / name, as_version=4)
     answers = {e.key: None for e in exercises_of(source)} | {"ex2": _KEEPS_THE_LIST}
-    (tmp_path / "subs" / "lister").mkdir(parents=True)
-    nbformat.write(with_answers(source, answers, {}), tmp_path / "subs" / "lister" / name)
-    config = GradingConfig(tmp_path / "subs", tmp_path / "out", repo=REPO, cell_timeout=60,
-                           notebooks=("ex03_efficient_pipelines",))
+    nbformat.write(with_answers(source, answers, {}), root / "subs" / "lister" / name)
+    config = GradingConfig(root / "subs", root / "out", repo=REPO, cell_timeout=150)
     results, _ = grade(config)
-    rows = {r.exercise.rsplit("/", 1)[1]: r for r in results}
+    return sources, results
+
+
+@pytest.mark.slow
+def test_the_instructor_solutions_score_full_marks_in_every_notebook(classroom):
+    """Every check of every exercise notebook works through the answer/checker channel."""
+    sources, results = classroom
+    mine = [r for r in results if r.student == "instructor"]
+    assert len({r.exercise.split("/")[0] for r in mine}) == len(sources) == 6
+    assert [r for r in mine if r.points != r.max_points] == []
+
+
+@pytest.mark.slow
+def test_the_student_versions_score_zero_as_not_attempted(classroom):
+    sources, results = classroom
+    blank = [r for r in results if r.student == "blank"]
+    assert len(blank) == len([r for r in results if r.student == "instructor"]), "every exercise has a row"
+    assert [r for r in blank if r.points or "not attempted" not in r.message] == []
+
+
+@pytest.mark.slow
+def test_a_dataset_that_serves_a_kept_list_fails_the_compact_index_exercise(classroom):
+    """Issue 29: ex03 Exercise 2 is checked by what its arrays mean, not by what vars() shows."""
+    _, results = classroom
+    rows = {r.exercise.rsplit("/", 1)[1]: r for r in results if r.student == "lister"}
     assert rows["ex2"].points == 0 and "must be the length of self.labels" in rows["ex2"].message, rows["ex2"]
     assert all(r.points == r.max_points for k, r in rows.items() if k != "ex2"), rows
+    assert len(rows) == len(exercises_of(nbformat.read(exercises_dir() / "ex03_efficient_pipelines.ipynb",
+                                                       as_version=4))), "lister handed in ex03 only"
 
 
 def _empty_submissions(tmp_path: Path) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 import torch
@@ -74,17 +75,30 @@ def test_free_port_can_be_bound():
 
 
 def test_torchrun_command_forms():
-    single = torchrun_command("common.x", ["--a", "1"], nproc_per_node=2)
+    single = torchrun_command("common.x", ["--a", "1"], nproc_per_node=2, fork_workers=False)
     assert single[1:] == ["-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone",
                           "-m", "common.x", "--a", "1"]
-    multi = torchrun_command("common.x", nproc_per_node=1, nnodes=2,
-                             rdzv_endpoint="127.0.0.1:1234", rdzv_id="j", max_restarts=1)
+    multi = torchrun_command("common.x", nproc_per_node=1, nnodes=2, rdzv_endpoint="127.0.0.1:1234",
+                             rdzv_id="j", max_restarts=1, fork_workers=False)
     assert "--nnodes=2" in multi and "--rdzv-endpoint=127.0.0.1:1234" in multi
     assert "--rdzv-backend=c10d" in multi and "--max-restarts=1" in multi
     with pytest.raises(ValueError, match="needs an rdzv_endpoint"):
         torchrun_command("common.x", nnodes=2)
     env = launch_env(threads=1)
     assert env["OMP_NUM_THREADS"] == "1" and env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert env["PYTHONUNBUFFERED"] == "1", "forked workers print each line at once, as python -u would"
+
+
+def test_forked_workers_are_torchruns_own_flags_and_only_the_default_under_make_test(monkeypatch):
+    forked = torchrun_command("common.ddp.train", ["--a", "1"], max_restarts=1, fork_workers=True)
+    assert forked[1:6] == ["-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone", "--max-restarts=1"]
+    assert forked[6:8] == ["--start-method=fork", "--run-path"] and forked[-2:] == ["--a", "1"]
+    assert Path(forked[8]).is_absolute() and forked[8].endswith(str(Path("common", "ddp", "train.py")))
+    for quick, form in (("1", "--run-path"), ("0", "-m"), ("", "-m")):
+        monkeypatch.setenv("COMPANION_QUICK", quick)
+        assert form in torchrun_command("common.ddp.train"), quick
+    with pytest.raises(ValueError, match="no_such_module is not a module"):
+        torchrun_command("no_such_module", fork_workers=True)
 
 
 def test_an_expected_error_is_one_line_even_when_a_worker_raised_it(monkeypatch, capsys):

@@ -11,7 +11,7 @@ from common.fsdp.elastic import agree_on_settings, elastic_command, read_log, se
 
 
 def test_elastic_command_is_a_c10d_rendezvous_of_one_to_two_agents():
-    command = elastic_command("common.fsdp.train", ["--tiny"], endpoint="127.0.0.1:29555")
+    command = elastic_command("common.fsdp.train", ["--tiny"], endpoint="127.0.0.1:29555", fork_workers=False)
     assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert {"--nnodes=1:2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:29555",
             "--max-restarts=0"} <= set(command)

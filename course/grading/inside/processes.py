@@ -10,12 +10,14 @@ passes each check cell straight to its checker through a pipe.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import select
 import signal
 import socket
 import types
+from pathlib import Path
 
 from course.grading.inside.answer import settle_imports
 from course.grading.inside.cells import run_cell
@@ -127,13 +129,21 @@ class Zygote:
 
 
 def preload(names: list[str]) -> None:
-    """Import the modules the setup cells import (the grader names them), once for every template;
-    one that fails is left to its setup cell, which reports it."""
+    """Import the modules the setup cells import (the grader names them), once for every template.
+
+    Only modules found outside the working copy (the repository's packages, the venv's): one the
+    setup cells write into the working copy, or find there, is theirs to import. One that fails
+    is left to its setup cell, which reports it.
+    """
+    here = Path.cwd().resolve()
     for name in names:
         try:
+            spec = importlib.util.find_spec(name.partition(".")[0])
+            if spec is None or not spec.origin or Path(spec.origin).resolve().is_relative_to(here):
+                continue
             importlib.import_module(name)
-        except Exception:  # noqa: BLE001, S110 - the setup cell that imports it says why
-            pass
+        except Exception:  # noqa: BLE001, S112 - the setup cell that imports it says why
+            continue
     settle_imports()
 
 
