@@ -3,7 +3,7 @@
 # **Guide sections:** beyond the guide (it breaks off in §2.3.1); builds on §2.2.1 Dataset与DataLoader类, toward the title's 分布式训练
 # [Glossary / 术语表](../../GLOSSARY.md)
 # ## What you will learn
-# - How `DistributedSampler` splits a dataset across ranks, and a `torchrun` script fixed: `set_epoch`, reduced metrics, one rank saving.
+# - How `DistributedSampler` splits a dataset across ranks, and debugging a `torchrun` script from what it prints.
 # - What DDP's all-reduce does to gradients, simulated in one process.
 # - Snapshots that are written atomically and resume a run exactly.
 # - Gradient accumulation that equals the full-batch step, even with an uneven last micro-batch.
@@ -79,11 +79,11 @@ for n, world_size in ((1, 3), (7, 2), (12, 3), (5, 5)):
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 2 — Fix a broken DDP script · 2 points
-# The script below trains a tiny model on 64 samples with DDP, and runs without an error — but it has three
-# bugs: every epoch repeats the same shuffle, the printed sample counts and accuracies are rank 0's alone,
-# and every rank writes `model.pt` (at the same time, to the same file). The next cell writes it to
-# `ex04_work/broken_ddp.py` (git-ignored); the one after runs it on 2 processes with `torchrun`.
+# ## Exercise 2 — Debug a DDP script from what it prints · 2 points
+# The script below trains a tiny model on 64 samples with DDP, and runs without an error. Its author is not
+# happy with what it prints: the log does not read like 3 epochs over a dataset of 64 samples trained by 2
+# processes. The next cell writes it to `ex04_work/broken_ddp.py` (git-ignored); the one after runs it on 2
+# processes with `torchrun`. Find out from the output what is wrong, then in the script why.
 
 # %%
 # %%writefile ex04_work/broken_ddp.py
@@ -140,8 +140,8 @@ if __name__ == "__main__":
 
 # %% [markdown]
 # `run_ddp` starts a script like that under `torchrun --standalone --nproc_per_node=2` and returns what
-# the ranks printed. Read what the broken script prints: 32 samples per epoch, the same first batch every
-# epoch, and two ranks saving.
+# the ranks printed. Read it as the author did: how many samples each epoch counts, which indices each
+# epoch starts with, and which ranks say they saved `model.pt`. What would a correct run print?
 
 # %%
 def run_ddp(script: Path, out: Path, ranks: int = 2) -> str:
@@ -160,9 +160,11 @@ print(run_ddp(WORK / "broken_ddp.py", WORK / "broken"))
 
 # %% [markdown]
 # Write the corrected script as the text of `fixed_script`; the check below saves it as
-# `ex04_work/fixed_ddp.py` and runs it (an answer cell holds definitions only). Copy the script above between its `'''` quotes and fix it. Call `sampler.set_epoch(epoch)` at the start of every epoch,
-# sum `correct` and `seen` over the ranks with `dist.all_reduce` before rank 0 prints them, and let only
-# rank 0 save (and print `rank 0: saved model.pt`). Keep the printed lines as they are.
+# `ex04_work/fixed_ddp.py` and runs it (an answer cell holds definitions only). Copy the script above between
+# its `'''` quotes and fix what makes its output wrong: on 2 ranks, each epoch's printed count and accuracy
+# cover all 64 samples, no two epochs start with the same batch, and `model.pt` is written once (with the line
+# `rank 0: saved model.pt`). Keep the printed lines as they are. Chapter 4.1 shows every tool it takes; the
+# hidden checks compare the saved weights with those of a correct run.
 
 # %% nbgrader={"grade": false, "grade_id": "ex2-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 fixed_script = '''
