@@ -245,9 +245,9 @@ def _grader_error(student: str, source_path: Path, error: Exception) -> list[Res
 
 def _finish_safely(prepared: Prepared, run: Run | Exception, config: GradingConfig
                    ) -> tuple[list[Result], list[Integrity]]:
+    if isinstance(run, Exception):
+        return _grader_error(prepared.student, prepared.source_path, run), []
     try:
-        if isinstance(run, Exception):
-            raise run
         return finish(prepared, run, config)
     except Exception as error:  # noqa: BLE001 - one broken submission must not stop the rest
         return _grader_error(prepared.student, prepared.source_path, error), []
@@ -313,12 +313,14 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
             prepared.append(prepare(student, sources[name], path, config))
         except Exception as error:  # noqa: BLE001 - one broken submission must not stop the rest
             prepared.append(_grader_error(student, sources[name], error))
+    batches: dict[str, list[Prepared]] = {}  # one notebook's submissions share judges
+    for ready in prepared:
+        if isinstance(ready, Prepared):
+            batches.setdefault(ready.source_path.stem, []).append(ready)
     runs: dict[tuple[str, str], Run | Exception] = {}
-    for name in sources:  # one notebook's submissions share judges
-        batch = [p for p in prepared if isinstance(p, Prepared) and p.source_path.stem == name]
-        if batch:
-            print(f"grading {shown(name)}: {len(batch)} submission(s) ...", flush=True)
-            runs.update({(name, s): run for s, run in _runs(batch, config, sandbox, guard, subordinate).items()})
+    for name, batch in batches.items():
+        print(f"grading {shown(name)}: {len(batch)} submission(s) ...", flush=True)
+        runs.update({(name, s): run for s, run in _runs(batch, config, sandbox, guard, subordinate).items()})
     results: list[Result] = []
     integrity: list[Integrity] = []
     for (student, name, _), ready in zip(found, prepared, strict=True):

@@ -280,15 +280,16 @@ def main(argv: list[str] | None = None) -> int:
     sys.modules["__main__"] = module
     earlier: list[tuple[str, str]] = []
     zygote = Zygote(module, limits, (requests, replies))  # before any request is read
-    template = zygote.template()
-    # after the template: no checker or answer process holds the reserve
+    template: Template | None = None
+    # after the zygote: no template, checker or answer process holds the reserve
     reserve = Reserve(os.getcwd(), limits["file_mb"]) if limits.get("work_tmpfs") else None
     while line := requests.readline():
         request = json.loads(line)
-        if request["op"] == "begin":  # the next submission: a fresh template, no earlier answers
+        if request["op"] == "begin" or template is None:  # a fresh template, no earlier answers
             if template is not None:
                 template.close()
             template, earlier = zygote.template(), []
+        if request["op"] == "begin":  # the next submission
             reply = {"op": "begin", "ok": template is not None}
         elif template is None:
             break
