@@ -707,7 +707,9 @@ print(f"a step of 1 process computes for {step_ms:.0f} ms; the all-reduce moves 
       f"gradients per step; this machine has {os.cpu_count()} cores")
 assert (scaling.threads_per_process == 1).all() and (scaling.data_wait_fraction < 0.25).all()
 cores = os.cpu_count() or 1
-if cores >= 2 and load_before < cores:
+if is_quick_run():
+    print("not checked: a quick run (make test) shares these cores with other tests")
+elif cores >= 2 and load_before < cores:
     assert by.loc["weak", "vs_1_rank"] > 1.2, "two free cores should beat one on compute-bound work"
     print(f"checked: weak scaling above 1.2x (load average {load_before:.1f} before the runs)")
 else:
