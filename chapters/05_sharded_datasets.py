@@ -66,6 +66,7 @@ from common import (
     sized,
 )
 from common.data import CustomDataset
+from common.ddp.launch import torchrun_command
 from common.ddp.uneven import join_reference
 from common.shards import (
     ShardedImageDataset,
@@ -492,8 +493,7 @@ if __name__ == "__main__":
 
 # %%
 uneven = [int(n) for n in counts[counts.policy == "none"]["batches of 32"]]  # [16, 14]
-command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(scratch / "uneven.py"), "--batches", *map(str, uneven), "--timeout", "2"]
+command = torchrun_command(str(scratch / "uneven.py"), ["--batches", *map(str, uneven), "--timeout", "2"])
 done = subprocess.run(command, capture_output=True, text=True, timeout=120,
                       env={**os.environ, "OMP_NUM_THREADS": "1"})
 assert done.returncode == 0, done.stderr[-2000:]
@@ -602,10 +602,9 @@ plt.show()
 
 # %%
 run_file = scratch / "shard_run.json"
-command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "common.shards.train", "--shards", str(SHARD_ROOT / "train"), "--val-shards",
-           str(SHARD_ROOT / "val"), "--num-epochs", str(sized(10, quick=2)), "--image-size", "32", "--no-augment",
-           "--out", str(run_file)]
+command = torchrun_command("common.shards.train", [
+    "--shards", str(SHARD_ROOT / "train"), "--val-shards", str(SHARD_ROOT / "val"),
+    "--num-epochs", str(sized(10, quick=2)), "--image-size", "32", "--no-augment", "--out", str(run_file)])
 start = time.perf_counter()
 done = subprocess.run(command, capture_output=True, text=True, timeout=300,
                       env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -55,15 +55,22 @@ def torchrun_command(module: str, args: Sequence[str] = (), *, nproc_per_node: i
     return command + worker_entry(module, args, fork_workers=fork_workers)
 
 
-def worker_entry(module: str, args: Sequence[str] = (), *, fork_workers: bool | None = None) -> list[str]:
-    """The end of a torchrun command line: ``-m module args``, or with ``fork_workers`` (``None``:
-    under ``make test`` only) ``--start-method=fork --run-path FILE args`` (``torchrun_command``).
+def worker_entry(target: str, args: Sequence[str] = (), *, fork_workers: bool | None = None) -> list[str]:
+    """The end of a torchrun command line for ``target``, a module name or a script (a path ending
+    in ``.py``): ``-m module args`` or ``script args``; with ``fork_workers`` (``None``: under
+    ``make test`` only) ``--start-method=fork --run-path FILE args`` (``torchrun_command``).
+    A forked worker runs the file with ``runpy.run_path``, which does not put the script's folder
+    first on ``sys.path`` as ``python script.py`` does: a script that imports a module beside it
+    needs ``fork_workers=False`` (chapter 6.1's do), and so does one whose stack dumps are read
+    frame by frame (chapter 4.2's hang), since forked workers carry torchrun's frames below.
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
+    script = str(target).endswith(".py")
     if is_quick_run() if fork_workers is None else fork_workers:
-        return ["--start-method=fork", "--run-path", module_file(module), *args]
-    return ["-m", module, *args]
+        path = str(Path(target).resolve()) if script else module_file(target)
+        return ["--start-method=fork", "--run-path", path, *args]
+    return [str(target), *args] if script else ["-m", target, *args]
 
 
 def module_file(module: str) -> str:

@@ -11,7 +11,7 @@ from torch.utils.data import DistributedSampler
 
 from common.cli import one_line
 from common.ddp.collectives_demo import allreduce_seconds, fastest_ms
-from common.ddp.launch import free_port, launch_env, torchrun_command
+from common.ddp.launch import free_port, launch_env, torchrun_command, worker_entry
 from common.ddp.process_group import (
     DistInfo,
     all_reduce_sum,
@@ -99,6 +99,19 @@ def test_forked_workers_are_torchruns_own_flags_and_only_the_default_under_make_
         assert form in torchrun_command("common.ddp.train"), quick
     with pytest.raises(ValueError, match="no_such_module is not a module"):
         torchrun_command("no_such_module", fork_workers=True)
+
+
+def test_a_script_is_run_by_path_and_forked_by_run_path_under_make_test(monkeypatch, tmp_path):
+    script = tmp_path / "collectives.py"
+    monkeypatch.chdir(tmp_path)
+    assert worker_entry("collectives.py", ["--repeats", "3"], fork_workers=False) == [
+        "collectives.py", "--repeats", "3"]
+    assert worker_entry("collectives.py", ["--repeats", "3"], fork_workers=True) == [
+        "--start-method=fork", "--run-path", str(script.resolve()), "--repeats", "3"]
+    for quick, expected in (("1", ["--start-method=fork", "--run-path", str(script.resolve())]),
+                            ("", [str(script)])):
+        monkeypatch.setenv("COMPANION_QUICK", quick)
+        assert worker_entry(script) == expected, quick
 
 
 def test_an_expected_error_is_one_line_even_when_a_worker_raised_it(monkeypatch, capsys):
