@@ -340,3 +340,17 @@ plt.show()
 # 3. Replace Adam with SGD (lr 0.05, momentum 0.9). Plot both histories on one figure.
 # 4. Load the data at 48×48 instead of 32×32. How do accuracy and time per epoch change?
 # 5. Graded versions of these exercises: `chapters/exercises/ex01_pytorch_basics.ipynb`.
+
+# %% [markdown]
+# ## Recall questions
+# Answer these from memory first, without running code; then check yourself against the answers in `chapters/exercises/solutions/recall_answers.md`.
+#
+# 1. What does `loss.backward()` compute, and where does the result go? For y = Σ x_i² at x = [1, −2, 3], what does the chapter's autograd cell print?
+# 2. What does “define-by-run” mean, and how does `DataDependentNet` show it?
+# 3. You make a tensor with `torch.from_numpy(array)` and then change `array[0]`. What happens to the tensor, and why?
+# 4. In order, what does the chapter's hand-written training loop do for every batch, and what does it do after every epoch?
+# 5. Why does the loop call `model.eval()` and use `torch.no_grad()` before it validates?
+# 6. Which of the chapter's two models has more parameters, `TinyMLP` or `SmallCNN`, by about how much, and where are most of the MLP's?
+# 7. Validation accuracy of the hand-written loop jumped around from epoch to epoch. What reasons does the chapter give, and what did it do about it?
+# 8. Why save a model's `state_dict` rather than the pickled module, and what does `weights_only=True` add when loading?
+# 9. Which device does `get_device()` choose, and what must the rest of the code do to run on a GPU?

@@ -593,3 +593,18 @@ skipping.skipped.assign(reason=skipping.skipped.reason.str.replace(str(workdir),
 # 2. Time `DataLoader(dataset, batch_size=64, num_workers=n)` for n = 0, 1, 2, 4 on your machine and plot images/s.
 # 3. Remove `generator=` from `first_batch` and run the reproducibility cell twice. What changes, and why?
 # 4. Start the notebook's loader with `multiprocessing_context="spawn"` and `GuideCustomImageDataset`. Read the error.
+
+# %% [markdown]
+# ## Recall questions
+# Answer these from memory first, without running code; then check yourself against the answers in `chapters/exercises/solutions/recall_answers.md`.
+#
+# 1. In the chapter's step-by-step timing of one sample, which steps took most of the time, and why those?
+# 2. The guide's `CustomImageDataset` example fails before it trains anything. Which two fixes make it run?
+# 3. Why is the guide's `Resize(256)` + `CenterCrop(224)` the wrong transform for training, and what replaces it?
+# 4. A `DataLoader` with `num_workers=4` over a Dataset class defined in the notebook works on Linux with Python 3.13 but fails on macOS. Why, and what is the fix?
+# 5. Why does `common.CustomImageDataset` keep paths and labels in NumPy arrays rather than the guide's pandas `DataFrame` of Python strings?
+# 6. With 960 samples and `batch_size=100`, how many batches does an epoch have with `drop_last=False` and with `drop_last=True`, and when would you want the latter?
+# 7. The chapter timed 0, 2 and 4 workers on a decode-bound and a storage-bound loader. Which one gained from workers, and why?
+# 8. What makes two loaders yield the same shuffled batches, random augmentation in the workers included?
+# 9. What does `common.CustomImageDataset` do with a bad row of the annotations CSV by default, what changes with `on_bad="skip"`, and when is a corrupt image found?
+# 10. What does `pin_memory=True` do, and when does it matter?

@@ -296,3 +296,17 @@ summary
 # 2. Add `transforms.RandomErasing()` to the gallery. Where in the pipeline must it go, and why?
 # 3. Compare the time per image of `ClassicTrainPreset` and `V2TrainPreset` on PIL input and on uint8 tensors.
 # 4. Which augmentation in the gallery would be wrong for handwritten digits? For street signs?
+
+# %% [markdown]
+# ## Recall questions
+# Answer these from memory first, without running code; then check yourself against the answers in `chapters/exercises/solutions/recall_answers.md`.
+#
+# 1. What exactly does `ToTensor()` do to a uint8 PIL image, and what does it not do, despite the guide's comment?
+# 2. What does `Normalize(mean, std)` compute, and when does its output have mean 0 and standard deviation 1?
+# 3. What is the difference between `Resize((224, 224))` and `Resize(224)`, and which transforms make up an evaluation pipeline and a training pipeline?
+# 4. Which pipeline do you augment, and with which augmentations?
+# 5. Why was the augmentation gallery's `ClassicTrainPreset` row built with mean 0 and std 1?
+# 6. What does `transforms.v2` use instead of `ToTensor()`, and which inputs do its presets accept?
+# 7. How does `common.channel_stats` compute the per-channel mean and standard deviation, and from which split?
+# 8. What did the chapter measure when it normalized 64 training images with ImageNet's constants and with the dataset's own statistics?
+# 9. When should you normalize with ImageNet's statistics rather than your own?

@@ -603,3 +603,17 @@ fig = plot_history(history, title="SmallCNN on 32x32 shapes, preloaded + flips")
 # 3. Add `shuffle_buffer=64` to `CsvImageStream`. Are the samples still seen exactly once per epoch with two workers?
 # 4. Give the model a fourth conv block (`SmallCNN`'s blocks halve the resolution: 32 → 4 pixels; a fourth lets every feature see the whole 32x32 image). How many epochs does it need to pass 90%, and what does an epoch cost?
 # 5. Rerun the training with `seed_everything(s)` for s = 1, 2, 3 just before building the model. At which epoch does each run first pass 90%?
+
+# %% [markdown]
+# ## Recall questions
+# Answer these from memory first, without running code; then check yourself against the answers in `chapters/exercises/solutions/recall_answers.md`.
+#
+# 1. The guide's `CustomDataset` fails on its first sample even with its imports fixed. Why, and how does the chapter give each file its label?
+# 2. Why write a custom transform as a small class in a module, rather than `transforms.Lambda(lambda x: ...)` or a class defined in the notebook?
+# 3. Why does the default `collate_fn` fail on images of different sizes, and what does `PadCollate` return instead?
+# 4. How does `balanced_sampler` weight the samples, what does drawing with replacement mean for the rare classes, and can the `DataLoader` also get `shuffle=True`?
+# 5. What goes wrong with an `IterableDataset` that ignores `get_worker_info()` when it is read with 2 workers?
+# 6. What does `common.iterable.shard_of(rank, world_size)` return, and why does it fold in the rank?
+# 7. When would you choose a map-style `Dataset`, and when an `IterableDataset`?
+# 8. What does `common.PreloadedDataset` do once, what runs every epoch, and why split the pipeline that way?
+# 9. Which statistics did the end-to-end pipeline normalize with, what validation accuracy did it reach, and why does it train for 24 epochs?

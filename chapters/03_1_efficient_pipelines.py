@@ -831,3 +831,18 @@ else:
 #    the two data-wait fractions change, and why does a faster loader matter less?
 # 4. Change `ListIndexDataset` to store a list of `str` paths plus a NumPy label array. Does
 #    the worker memory still grow? Why (or why not)?
+
+# %% [markdown]
+# ## Recall questions
+# Answer these from memory first, without running code; then check yourself against the answers in `chapters/exercises/solutions/recall_answers.md`.
+#
+# 1. The guide says `DataLoader` loads data “with several threads”. What is a worker really, and how does a batch a worker made reach the main process?
+# 2. What does `persistent_workers=True` change, and what does the first epoch of a loader pay for?
+# 3. When do workers help, and when do they cost more than they save?
+# 4. What does `prefetch_factor` do, what can it not do, and what did the experiment with a stalling store show?
+# 5. Why keep the samples uint8 until the batch exists, and normalize last, once per batch?
+# 6. When does JPEG draft mode speed up decoding, and why did it never apply at `Resize(256)` in this chapter?
+# 7. What must a batched `__getitems__` return, and what breaks if it returns an already stacked batch?
+# 8. When does the uint8 memmap cache pay for itself, and what must the comparison include?
+# 9. Why does a list index make every worker's memory grow, and by how much did the chapter measure it?
+# 10. What is the data-wait fraction, and what did it show for the guide's loader and the tuned one?

@@ -1031,3 +1031,18 @@ show_source(plan_device)
 # 7. Set `os.environ["COMPANION_DEVICE"] = "cpu"` in this kernel (`torchrun` and its workers inherit it) and
 #    rerun `ddp.py` on a machine with GPUs: what does rank 0 print? Then ask `plan_for(0, True, ranks=1)`
 #    what one process alone gets on a Mac. Why may a lone process use MPS when two ranks may not?
+
+# %% [markdown]
+# ## Recall questions
+# Answer these from memory first, without running code; then check yourself against the answers in `chapters/exercises/solutions/recall_answers.md`.
+#
+# 1. What do world size, rank and local rank mean, which environment variables does `torchrun` give each process, and who hosts the rendezvous?
+# 2. In `collectives.py` on 2 ranks, what did `all_reduce(SUM)` of `rank + 1`, the broadcast, the all-gather and the barrier (rank 1 arriving 0.3 s late) each leave on the ranks?
+# 3. What does an all-reduce cost as the tensor grows, and why does DDP therefore put gradients into buckets?
+# 4. Why does a rank call `torch.cuda.set_device(local_rank)` before `init_process_group`, and when does it run on the CPU with gloo instead of its own GPU with NCCL?
+# 5. What does `DistributedSampler` do, what goes wrong if `set_epoch(epoch)` is forgotten, and why does validation use a strided `range` instead?
+# 6. Why does the script `all_reduce` the sums (loss × samples, correct, samples) and divide afterwards, rather than average each rank's mean?
+# 7. Why do only rank 0 print and save, what exactly does it save, and which state may still differ between the ranks at the end?
+# 8. How does gradient accumulation with `no_sync` work, and why is each micro-batch loss divided by K?
+# 9. What share of each step did `ddp.py`'s ranks spend waiting for data while decoding JPEGs, and what changed it?
+# 10. Why prefer `DistributedDataParallel` to `nn.DataParallel`?

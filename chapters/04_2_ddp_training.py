@@ -760,3 +760,18 @@ else:
 # 6. In `bugs.py`, let rank 1 call `dist.barrier()` where rank 0 all-reduces in `train_step` (and drop its
 #    sleep). Run it with and without `TORCH_DISTRIBUTED_DEBUG=DETAIL`: what does each run print, how long
 #    does it take, and what do the stack dumps show now that no rank is outside a collective?
+
+# %% [markdown]
+# ## Recall questions
+# Answer these from memory first, without running code; then check yourself against the answers in `chapters/exercises/solutions/recall_answers.md`.
+#
+# 1. Why can't every rank simply use `DataLoader(dataset, shuffle=True)`, and what is it that keeps DDP's replicas equal?
+# 2. What does the chapter's table show for `DistributedSampler` without `set_epoch`, and why?
+# 3. Why does `common.ddp.train` validate with `ShardSampler` rather than `DistributedSampler`?
+# 4. What does a snapshot of `common.ddp.train` hold, and how is it written so that a kill never leaves a torn file?
+# 5. A run on 2 processes stopped after 4 steps, in the middle of epoch 1, and resumed on 1 process. Why may the world size change at a restart, even mid-epoch?
+# 6. Why do 2 ranks with global batch B learn what 1 process with batch B learns, and why does BatchNorm break this?
+# 7. One rank failed at step 3 under `torchrun --max-restarts=1`. What happened next, and what does `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` have to do with it?
+# 8. A DDP job hangs or gets garbled results. Which tools does the chapter use, and how do they find the culprit in `bugs.py`?
+# 9. What does `--grad-accum K` save, and what does it not shrink?
+# 10. What is the difference between weak and strong scaling, what did the fair 1-against-2-process comparison hold equal, and what did it measure?

@@ -695,3 +695,17 @@ except ShardError as error:
 # 4. Train from `webdataset` with `wds.split_by_node`, `wds.split_by_worker` and `.with_epoch(n)`: what plays the role of `equalize` there?
 # 5. Give `common/shards/train.py` a one-cycle learning-rate schedule (as `common.ddp.train --schedule onecycle` has) and compare the last epochs' validation accuracy with this run's.
 # 6. In `uneven.py`, sum the loss over the ranks with `dist.all_reduce(loss.detach())` inside `train` (a metric) and rerun the launch. What happens inside `Join`, and why?
+
+# %% [markdown]
+# ## Recall questions
+# Answer these from memory first, without running code; then check yourself against the answers in `chapters/exercises/solutions/recall_answers.md`.
+#
+# 1. Why does a map-style dataset that opens one file per sample stop working at scale, and what does streaming shards change?
+# 2. What is inside one of the chapter's shards and its manifest, and why are the tar members written with fixed metadata?
+# 3. With DDP and DataLoader workers, who reads which shard, and why does `ShardedImageDataset` deal a new permutation every epoch?
+# 4. Why must every rank run the same number of batches under DDP, and what happened in `uneven.py` when they did not?
+# 5. 15 shards of 64 samples on 2 ranks give 512 and 448 samples. What do `equalize="pad"`, `"drop"` and `"none"` do with that, and when is each used?
+# 6. What does DDP's `Join` do with uneven batch counts, and where does it stop helping?
+# 7. How well does a shuffle buffer mix a stream written in class order, and what is the rule of thumb?
+# 8. What does `ShardedImageDataset` refuse when it reads a shard, and what catches a single flipped byte?
+# 9. The chapter's shards are WebDataset shards. What does the `webdataset` library give you, and what does it leave to you?

@@ -558,3 +558,18 @@ print(f"FSDP / DDP on these {BenchConfig().ranks} CPU ranks: samples/s "
 # 5. Call `torch.manual_seed(rank)` before the `reset_parameters` loop of `fsdp_idioms.py`. Are the two
 #    halves of the weight still equal? Is the model then one process's?
 # 6. The graded exercises: [`exercises/ex06_fsdp_checkpoints.ipynb`](exercises/ex06_fsdp_checkpoints.ipynb).
+
+# %% [markdown]
+# ## Recall questions
+# Answer these from memory first, without running code; then check yourself against the answers in `chapters/exercises/solutions/recall_answers.md`.
+#
+# 1. How many bytes per parameter does AdamW training in float32 keep, and what does that mean for a 7B model under DDP and under ZeRO-3 on 8 ranks?
+# 2. What do ZeRO stages 1, 2 and 3 shard, and which one is FSDP's `fully_shard`?
+# 3. What is the communication price of sharding the parameters, compared with DDP's?
+# 4. What does `fully_shard` turn a parameter into, why is the optimizer built after it, and what did the 2-rank script show?
+# 5. How do you build a model too big for one device, and what are the three steps that make it trainable?
+# 6. On 2 CPU ranks, `reset_parameters` on the shards gave rows 0–31 equal to rows 32–63. Why, and what gives one process's weights instead?
+# 7. How does a full state dict reach the shards when only rank 0 reads it, and what does `common.fsdp.meta.load_full_state_dict` add?
+# 8. How do you accumulate gradients over micro-batches under FSDP2, and what does it cost in memory?
+# 9. Why is `clip_grad_norm_` on sharded gradients not a local matter, and what did the 2-rank report show?
+# 10. What did the side-by-side FSDP/DDP benchmark on 2 CPU ranks measure, and which of its two ratios holds on any machine?

@@ -555,3 +555,18 @@ assert hidden == [".step-000001.tmp"] and published.name == "step-000001"
 # 5. Time `publish` on the 100 MB state of the async section with and without its `fsync` calls. What
 #    does the difference buy, and against which failure (a killed process, or a power cut)?
 # 6. The graded exercises: [`exercises/ex06_fsdp_checkpoints.ipynb`](exercises/ex06_fsdp_checkpoints.ipynb).
+
+# %% [markdown]
+# ## Recall questions
+# Answer these from memory first, without running code; then check yourself against the answers in `chapters/exercises/solutions/recall_answers.md`.
+#
+# 1. Which files does a DCP checkpoint written by 2 FSDP ranks hold, and what does its `.metadata` record?
+# 2. How does `dcp.load` differ from `torch.load`?
+# 3. Why take the optimizer's state through `get_state_dict` rather than `optimizer.state_dict()`?
+# 4. What is DCP's `Stateful` protocol, and why does `common.fsdp.checkpoint` keep the two steps explicit instead?
+# 5. The step-6 checkpoint of a 2-rank run was continued on 1 process and on 3 ranks. What did that show, and why does it work?
+# 6. What are the three steps of publishing a checkpoint atomically, and what goes wrong if `dcp.save` writes straight into `step-NNNNNN`?
+# 7. On which storage is that rename not atomic, and how does one publish a checkpoint there?
+# 8. In `save_checkpoint` on several ranks, why is there a barrier before and after the rename, and why does only rank 0 rename?
+# 9. One rank SIGKILLed itself inside step 6's save, under `torchrun --max-restarts=1`. What did the run's log show?
+# 10. What does `dcp.async_save` block for, which weights does its checkpoint hold, and when may `common` publish it?

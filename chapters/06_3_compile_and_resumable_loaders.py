@@ -328,3 +328,18 @@ print("restored from", latest_checkpoint(RUNS / "ckpt").name, "- continues with"
 # 3. Take a loader state after 3 batches with `num_workers=2` and load it into a loader with
 #    `num_workers=0`. Does it continue correctly?
 # 4. The graded exercises: [`exercises/ex06_fsdp_checkpoints.ipynb`](exercises/ex06_fsdp_checkpoints.ipynb).
+
+# %% [markdown]
+# ## Recall questions
+# Answer these from memory first, without running code; then check yourself against the answers in `chapters/exercises/solutions/recall_answers.md`.
+#
+# 1. What does `torch.compile` do on the first call, and what does a CPU need for it?
+# 2. Why was the compiled chain of pointwise operations so much faster than eager mode?
+# 3. Compiling the small MLP did not help. Why, and which law gives the bound?
+# 4. `SmallCNN` ran about 3.7× faster compiled. Which two reasons does the chapter separate, and how did it check the second?
+# 5. What is a graph break, what causes the one in `step_with_branch`, and how do you see it?
+# 6. Why does a faster training step raise the data-wait fraction, and what did the chapter measure?
+# 7. What does a `StatefulDataLoader`'s `state_dict()` hold, and what does it not hold?
+# 8. How does the hand-made alternative resume in the middle of an epoch, and when does `common.fsdp.train` fall back to it?
+# 9. Where does a loader's state go in a checkpoint, and how is it stored with several ranks?
+# 10. How do you combine `torch.compile` with DDP, and with FSDP2?

@@ -385,3 +385,17 @@ print(f"leave: training again {leave_cost['s to training again (resumed)']} s af
 # 5. Write `leave_later` in its teaching form with `guest.kill()` (the agent alone) in place of
 #    `_kill_tree`, and run the leave with it. What does the host agent's log show, and how long does
 #    the job take?
+
+# %% [markdown]
+# ## Recall questions
+# Answer these from memory first, without running code; then check yourself against the answers in `chapters/exercises/solutions/recall_answers.md`.
+#
+# 1. What does `torchrun --nnodes=1:2` with a c10d rendezvous allow, and what does the first agent do while it is alone?
+# 2. How does a running job notice that a second agent has joined, and what happens next?
+# 3. Which membership change uses up a `--max-restarts` attempt: a join, a leave, or both?
+# 4. When the guest agent is killed, how does the remaining worker find out, and what does its agent do?
+# 5. On loopback, why must the guest rather than the host agent be the one that leaves, and how does the chapter say which agent hosts?
+# 6. What do `keep_alive_interval=1,keep_alive_max_attempt=2` change?
+# 7. Why does a SIGKILL to the agent alone not stage a machine's death, and what does `_kill_tree` do instead?
+# 8. Both elastic runs ended at the uninterrupted run's weights. What carries over to the new world size, and what does not?
+# 9. How many steps does a restart cost, and what decides it?

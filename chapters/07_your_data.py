@@ -482,3 +482,18 @@ print(f"loader: {best} is the fastest ({loader_table['median images/s'].max():.0
 # 5. Kill an FSDP run of your data in the middle of an epoch and resume it on a different number of
 #    processes. How many steps were done twice, and how would you choose `--checkpoint-every` for a run of
 #    a day?
+
+# %% [markdown]
+# ## Recall questions
+# Answer these from memory first, without running code; then check yourself against the answers in `chapters/exercises/solutions/recall_answers.md`.
+#
+# 1. Why look at the class balance before judging a classifier, and what would always guessing the largest digit class score?
+# 2. What split does `write_digits_folder` write, and why does each PNG's file name matter?
+# 3. Why does the chapter's `DigitFolder` sort the class folders and convert every image to RGB?
+# 4. On the digits, the uint8 cache beat per-sample decoding by far. Why, and what did workers add?
+# 5. Why does the DDP run on the digits use `--no-augment`?
+# 6. These trainers take a global `--batch-size`. What does that mean on 2 ranks, and why does it matter for the learning rate and for a resume?
+# 7. The FSDP run was killed after step 100. What was on disk, how was it resumed, and what did the kill cost?
+# 8. What happens when you resume after renaming a class folder, and why is that the right behaviour?
+# 9. How do the chapter's accuracies compare with scikit-learn's published 0.97, and why compare on the same split?
+# 10. How do you choose between DDP and FSDP for your own job?
