@@ -17,7 +17,9 @@ TORCH_INDEX_URL := $(if $(filter cpu,$(TORCH_INDEX)),https://download.pytorch.or
 LAB_FLAGS := --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/chapters
 # Jupyter refuses to start as root (as in many containers) unless told to.
 LAB_ARGS ?= $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
-NOTEBOOKS := $(sort $(wildcard chapters/*.ipynb)) $(sort $(wildcard chapters/exercises/*.ipynb))
+# The notebooks `make notebooks` executes: the chapters and the exercises' instructor sources (the
+# student versions in chapters/exercises/ are generated from these by `make assignments`).
+NOTEBOOKS := $(sort $(wildcard chapters/*.ipynb)) $(sort $(wildcard chapters/exercises/solutions/*.ipynb))
 # `make test` runs each notebook once, by its strongest check: the exercise notebooks are graded
 # (instructor solutions to full marks, student versions top to bottom: tests/system/test_grading.py,
 # test_assignments_processes.py), the chapters that tests/system/test_installed.py runs from the
@@ -78,10 +80,10 @@ check: data ## The edit loop (about 40 s): ruff, the unit tier (tests/unit: no t
 unit: data ## Run every test under tests/ (both tiers), without the notebooks under nbval
 	$(NETGUARD) $(BIN)/python -m pytest tests -q --timeout=300 $(PYTEST_PARALLEL)
 
-notebooks: data ## Re-execute every notebook top to bottom, refresh its .py twin and the zh edition
+notebooks: data ## Re-execute every notebook top to bottom, refresh its .py twin, the student versions and the zh edition
 	@mkdir -p build
 	$(NETGUARD) $(BIN)/python -m course.notebooks build $(NOTEBOOKS)
-	$(MAKE) translations
+	$(MAKE) assignments translations
 
 translations: $(STAMP) ## Update chapters/zh/po/*.po from the English notebooks, rebuild chapters/zh/
 	$(BIN)/python -m course.translate extract
@@ -96,11 +98,14 @@ bench: data ## Measure images/s of each pipeline and the shard reader (SIZE=N: a
 	$(BIN)/python -m common.fast.benchmark --out $(BENCH_OUT) $(BENCH_SIZE)
 	$(BIN)/python -m common.shards.bench --out build/bench/shards
 
-assignments: $(STAMP) ## Write student versions of the exercise notebooks to build/assignments/
-	$(BIN)/python -m course.assignments build --out build/assignments
+assignments: $(STAMP) ## Rebuild the student versions (chapters/exercises/, zh too) from the instructor sources in solutions/
+	$(BIN)/python -m course.assignments build
+	$(BIN)/python -m course.assignments build --sources chapters/zh/exercises/solutions
 
+# GRADE_FLAGS: more options of `python -m course.grading`, e.g. --trusted for your own work without bubblewrap.
+GRADE_FLAGS ?=
 grade: data ## Grade submissions: make grade SUBMISSIONS=path/to/folder (report in build/grades/)
-	$(BIN)/python -m course.grading --submissions "$(SUBMISSIONS)" --out build/grades
+	$(BIN)/python -m course.grading --submissions "$(SUBMISSIONS)" --out build/grades $(GRADE_FLAGS)
 
 html: $(STAMP) ## Build the tutorial site (Sphinx + myst-nb, both editions) into build/html/
 	$(BIN)/python -m course.site --out build/html

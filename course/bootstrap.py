@@ -1,6 +1,6 @@
 """The standard cells after a chapter's title: Colab/Kaggle badges and the guarded bootstrap.
 
-Every chapter notebook (``chapters/*.ipynb``; not the graded ``chapters/exercises/``) carries,
+Every chapter notebook (``chapters/*.ipynb``; not the graded exercises of ``chapters/exercises/``) carries,
 right after its title cell:
 
 1. a markdown cell with "Open in Colab" and "Open in Kaggle" badges for this notebook (the
@@ -27,6 +27,7 @@ import nbformat
 import polib
 
 from common.paths import PROJECT_NAME, find_repo_root, is_repo_root
+from course.assignments import is_exercise_notebook
 from course.translate import context, load_po, po_path, update_po
 from course.translate_comments import is_comment_context
 
@@ -139,9 +140,10 @@ def chapters_of(notebook: Path) -> tuple[Path, str]:
         ValueError: For an exercise notebook (graded: no bootstrap) or one outside chapters/.
     """
     notebook = Path(notebook).resolve()
-    if notebook.parent.name == "exercises":
+    if is_exercise_notebook(notebook):
         raise ValueError(f"{notebook.name}: exercise notebooks get no badge or bootstrap cell "
-                         "(graded by course.grading; students open them from build/assignments)")
+                         "(graded by course.grading; learners open the student versions in "
+                         "chapters/exercises/)")
     if notebook.parent.name != "chapters":
         raise ValueError(f"{notebook}: not a chapter notebook (expected chapters/<name>.ipynb)")
     return notebook.parent, notebook.with_suffix(".ipynb").name

@@ -7,6 +7,11 @@ without executing anything (``make test`` runs it). ``bootstrap`` inserts or ref
 Colab/Kaggle badge and install cells after each chapter's title (``course.bootstrap``) in
 the twin and the zh ``.po`` file, without executing: ``build`` the notebooks afterwards.
 ``build`` refreshes those cells wherever they are present, so they never drift.
+
+The exercises' student versions (``chapters/exercises/exNN_*.ipynb`` and the Chinese ones) are
+no sources: ``make assignments`` writes them from the instructor sources in ``solutions/``, which
+are built and twinned like the chapters. ``check`` holds a student version unexecuted, without a
+twin, and equal to what ``make assignments`` writes (its "twin" is its instructor source).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from nbclient import NotebookClient
 
 from common.cli import option, parse_dataclass_args, positive
 from course import bootstrap as standard_cells
+from course.assignments import SOLUTIONS, is_exercise_notebook, is_student_version, student_text
 
 FORMATS = "ipynb,py:percent"
 
@@ -109,12 +115,32 @@ def tidy_progress_bars(nb: nbformat.NotebookNode) -> None:
             cell.outputs = kept
 
 
+def student_version_problems(notebook: Path) -> list[str]:
+    """What is wrong with a committed student version: it must be exactly what ``make assignments``
+    writes from its instructor source (``solutions/<name>`` beside it), and have no twin."""
+    notebook = Path(notebook)
+    source = notebook.parent / SOLUTIONS / notebook.name
+    found = []
+    if not source.is_file():
+        found.append(f"{notebook}: a student version without an instructor source ({source} is missing)")
+    elif notebook.read_text(encoding="utf-8") != student_text(source, notebook.parent):
+        found.append(f"{notebook}: out of date with its instructor source {source} (run `make assignments`"
+                     + (", or `make translations` for the Chinese edition)" if "zh" in notebook.parts else ")"))
+    if twin_of(notebook).exists():
+        found.append(f"{notebook}: a student version has no jupytext twin; remove {twin_of(notebook)} "
+                     f"(edit {twin_of(source)} instead)")
+    return found
+
+
 def problems(notebook: Path, *, twin: bool = True) -> list[str]:
     """What is wrong with a committed notebook: execution order, errors, twin out of sync.
 
     ``twin=False`` for the built Chinese edition (``chapters/zh/``), which has no twin: its
-    source is the English notebook plus a ``.po`` file (``course.translate``).
+    source is the English notebook plus a ``.po`` file (``course.translate``). A student version
+    of the exercises is checked by ``student_version_problems`` instead.
     """
+    if is_student_version(notebook):
+        return student_version_problems(notebook)
     nb = nbformat.read(notebook, as_version=4)
     found = []
     code = [c for c in nb.cells if c.cell_type == "code"]
@@ -143,7 +169,7 @@ def insert_standard_cells(path: Path) -> str:
     set-up; course.assignments and course.grading process them). Returns one line saying
     what was done.
     """
-    if path.parent.name == "exercises":
+    if is_exercise_notebook(path):
         return f"skipped {path.name}: exercises carry no badge or bootstrap cell"
     nb = _read_source(path)
     changed = standard_cells.bootstrap(path, nb, insert=True)
@@ -184,7 +210,11 @@ def main(argv: list[str] | None = None) -> int:
                                 validate=check_config)
     failures = []
     for path in args.paths:
-        if args.command == "build":
+        if args.command == "build" and is_student_version(path.with_suffix(".ipynb")):
+            failures.append(f"{path}: a student version is not built but generated: build "
+                            f"{path.parent / SOLUTIONS / path.with_suffix('.ipynb').name}, then "
+                            "`make assignments`")
+        elif args.command == "build":
             start = time.perf_counter()
             build(path, timeout=args.timeout)
             print(f"built {path.with_suffix('.ipynb')} in {time.perf_counter() - start:.0f} s",

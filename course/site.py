@@ -6,10 +6,12 @@ in-page table of contents, offline full-text search (Chinese words split by jieb
 links and download buttons. This module only *stages* the sources of each edition into
 ``build/site-src/<edition>/`` and runs Sphinx on them, both editions at once:
 
-- every executed notebook, rendered from its stored outputs (never executed), with its tqdm
+- every executed chapter and the exercises' student versions (``chapters/exercises/``; with
+  ``--solutions`` also their instructor sources, in a Solutions part of their own),
+  rendered from their stored outputs (never executed), with their tqdm
   widgets frozen to their final text (the widget renderer would come from a CDN), an info box
-  under the title (guide sections, download links for the notebook and its jupytext twin) and its
-  relative links pointed at the staged pages or at copies of the repository files they name;
+  under the title (guide sections, download links for the notebook and its jupytext twin) and
+  their relative links pointed at the staged pages or at copies of the repository files they name;
 - the index (the chapter map both ways), the glossary, the troubleshooting guide and the pages of
   ``docs/`` (``Edition.guides``: running, command lines, figures, instructors).
 
@@ -156,14 +158,15 @@ def _switch(edition: Edition, other: Edition | None, other_pages: list[str]) -> 
             "label": other.labels["language"], "hreflang": other.language}
 
 
-def build_site(root: Path, out: Path, *, with_exercises: bool = True,
+def build_site(root: Path, out: Path, *, with_solutions: bool = False,
                work: Path | None = None) -> tuple[list[Chapter], list[str]]:
     """Stage and build the site for the repository at ``root`` into ``out``.
 
     Args:
         root: The repository (holds ``chapters/``, ``GLOSSARY.md``, ``TROUBLESHOOTING.md``).
         out: Output folder; replaced if an earlier build wrote it, refused otherwise.
-        with_exercises: Also render the exercise notebooks (instructor versions).
+        with_solutions: Also render the exercises' instructor sources (solutions and hidden
+            checks) in a part of their own; by default the site has the student versions only.
         work: Where the Sphinx sources and caches go (default: ``out`` + ``-src``).
 
     Returns:
@@ -177,8 +180,8 @@ def build_site(root: Path, out: Path, *, with_exercises: bool = True,
     """
     root, out = Path(root).resolve(), Path(out)
     work = (Path(work) if work else out.with_name(out.name + "-src")).resolve()
-    english, warnings = find_chapters(root, EDITIONS["en"], with_exercises=with_exercises)
-    chinese, zh_warnings = find_chapters(root, EDITIONS["zh"], with_exercises=with_exercises,
+    english, warnings = find_chapters(root, EDITIONS["en"], with_solutions=with_solutions)
+    chinese, zh_warnings = find_chapters(root, EDITIONS["zh"], with_solutions=with_solutions,
                                          english=english)
     editions = [(EDITIONS["en"], english)] + ([(EDITIONS["zh"], chinese)] if chinese else [])
     warnings += zh_warnings
@@ -225,7 +228,8 @@ class SiteConfig:
 
     out: Path = option(Path("build/html"), "output folder (replaced on every run)")
     root: Path | None = option(None, "the repository (default: found from here)")
-    exercises: bool = option(True, "include chapters/exercises (instructor versions, solutions)")
+    solutions: bool = option(False, "also publish the exercises' instructor sources (solutions and "
+                             "hidden checks, chapters/exercises/solutions/) in a Solutions part of their own")
 
 
 def check_config(config: SiteConfig) -> dict[str, str]:
@@ -243,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         chapters, warnings = build_site(args.root or repo_root(), args.out,
-                                        with_exercises=args.exercises)
+                                        with_solutions=args.solutions)
     except FileExistsError as error:
         return fail(str(error), prog="course.site")
     for chapter in chapters:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import nbformat
 
+from course.assignments import BEGIN_HIDDEN, BEGIN_SOLUTION, SOLUTIONS
+
 _LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s]+)((?:\s+\"[^\"]*\")?\))")
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 _WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -59,8 +61,14 @@ EDITIONS = {
                   "数据管道与分布式训练指南》, rendered for reading. Run them yourself with "
                   "`make lab`; every page has its notebook and its `.py` twin to download."),
         "map": "Chapter map", "reverse": "Guide sections → notebooks", "exercises": "Exercises",
-        "exercises_note": ("Instructor versions, solutions included (`make assignments` writes "
-                           "the student versions)."),
+        "exercises_note": ("The notebooks to work in: write your answers in the cells marked "
+                           "`# YOUR CODE HERE` and run the check cells below them; "
+                           "`make grade SUBMISSIONS=<your folder>` runs the hidden checks too."),
+        "solutions_apart": ("The solutions are not part of this site: they are in the repository's "
+                            "`chapters/exercises/solutions/`."),
+        "solutions": "Solutions",
+        "solutions_note": ("The instructor versions of the exercise notebooks: the solutions and the "
+                           "hidden checks. Try the exercises first."),
         "reference": "Reference", "notebook": "Notebook", "title": "Title",
         "sections": "Guide sections", "download": "Download", "chapters": "Chapters",
         "colon": ":",
@@ -75,7 +83,11 @@ EDITIONS = {
         "intro": ("《PyTorch大规模深度学习搭建：数据管道与分布式训练指南》配套 notebook 的中文版，"
                   "含已执行的输出。用 `make lab` 亲自运行；每页都可下载对应的 notebook 及其 `.py` 版本。"),
         "map": "章节地图", "reverse": "指南章节 → notebook", "exercises": "练习",
-        "exercises_note": "教师版，含参考答案（`make assignments` 生成学生版）。",
+        "exercises_note": ("在这些 notebook 里做练习：在标有 `# YOUR CODE HERE` 的单元格中写答案，再运行下方的检查"
+                           "单元格；`make grade SUBMISSIONS=<你的文件夹>` 还会运行隐藏的检查。"),
+        "solutions_apart": "参考答案不在本网站上，而在仓库的 `chapters/zh/exercises/solutions/` 中。",
+        "solutions": "参考答案",
+        "solutions_note": "练习 notebook 的教师版：参考答案和隐藏的检查。请先自己做练习。",
         "reference": "参考", "notebook": "notebook", "title": "标题", "sections": "对应指南章节",
         "download": "下载", "chapters": "章节", "colon": "：",
         "GLOSSARY.md": "术语表 / Glossary", "TROUBLESHOOTING.md": "故障排查",
@@ -104,7 +116,13 @@ class Chapter:
 
     @property
     def is_exercise(self) -> bool:
-        return "/exercises/" in self.staged
+        """A student version of the exercises (``chapters/exercises/exNN_*.ipynb``)."""
+        return "/exercises/" in self.staged and not self.is_solution
+
+    @property
+    def is_solution(self) -> bool:
+        """An instructor source (``chapters/exercises/solutions/``): solutions and hidden checks."""
+        return f"/exercises/{SOLUTIONS}/" in self.staged
 
 
 def parse_first_cell(nb: nbformat.NotebookNode, name: str) -> tuple[str, str]:
@@ -138,26 +156,40 @@ def is_executed(nb: nbformat.NotebookNode) -> bool:
     return bool(code) and all(cell.get("execution_count") for cell in code)
 
 
-def find_chapters(root: Path, edition: Edition, *, with_exercises: bool = True,
-                  english: list[Chapter] | None = None) -> tuple[list[Chapter], list[str]]:
-    """The executed notebooks of an edition in reading order, and what was skipped.
+def holds_solutions(nb: nbformat.NotebookNode) -> bool:
+    """True when a cell holds a solution or hidden checks (nbgrader's markers).
 
-    Chapters come first (sorted by name), then the edition's ``exercises/`` (sorted). A Chinese
-    notebook takes its guide sections from its first cell, else from the English notebook of
-    the same name (``english``).
+    Introduced in README.md (`make html`).
+    """
+    return any(BEGIN_SOLUTION in cell.source or BEGIN_HIDDEN in cell.source for cell in nb.cells)
+
+
+def find_chapters(root: Path, edition: Edition, *, with_solutions: bool = False,
+                  english: list[Chapter] | None = None) -> tuple[list[Chapter], list[str]]:
+    """The notebooks of an edition in reading order, and what was skipped.
+
+    The executed chapters come first (sorted by name), then the edition's ``exercises/``: the
+    student versions (sorted; unexecuted, as a learner gets them), and with ``with_solutions`` the
+    instructor sources of ``exercises/solutions/`` after them. An exercise notebook that holds a
+    solution or hidden checks is left out of the student versions. A Chinese notebook takes its
+    guide sections from its first cell, else from the English notebook of the same name
+    (``english``).
 
     Introduced in README.md (`make html`).
     """
     folder = root / edition.chapters
-    notebooks = sorted(folder.glob("*.ipynb"))
-    if with_exercises:
-        notebooks += sorted((folder / "exercises").glob("*.ipynb"))
+    exercises = sorted((folder / "exercises").glob("*.ipynb"))
+    solutions = sorted((folder / "exercises" / SOLUTIONS).glob("*.ipynb")) if with_solutions else []
     by_stage = {c.staged: c for c in english or []}
     chapters, skipped = [], []
-    for path in notebooks:
+    for path in sorted(folder.glob("*.ipynb")) + exercises + solutions:
         source = path.relative_to(root).as_posix()
         nb = nbformat.read(path, as_version=4)
-        if not is_executed(nb):
+        if path in exercises and holds_solutions(nb):
+            skipped.append(f"{source}: holds solutions or hidden checks, so it is no student version "
+                           f"(instructor sources go in exercises/{SOLUTIONS}/; `make assignments`)")
+            continue
+        if path not in exercises and not is_executed(nb):
             skipped.append(f"{source}: not executed (run `python -m course.notebooks build` on it)")
             continue
         title, sections = parse_first_cell(nb, source)
@@ -311,14 +343,16 @@ def _toctree(caption: str, entries: list[str]) -> str:
 
 
 def index_page(chapters: list[Chapter], edition: Edition, *, docs: list[str]) -> str:
-    """The index page (MyST): the chapter map both ways, the exercises, the reference pages,
-    and the toctrees that make the sidebar (chapters in reading order).
+    """The index page (MyST): the chapter map both ways, the exercises (and, apart, their
+    solutions where the site has them), the reference pages, and the toctrees that make the
+    sidebar (chapters in reading order).
 
     Introduced in README.md (`make html`).
     """
     labels = edition.labels
-    main = [c for c in chapters if not c.is_exercise]
+    main = [c for c in chapters if not c.is_exercise and not c.is_solution]
     exercises = [c for c in chapters if c.is_exercise]
+    solutions = [c for c in chapters if c.is_solution]
     by_section: dict[str, list[str]] = {}
     named = guide_headings(chapters)
     for chapter in chapters:
@@ -335,13 +369,15 @@ def index_page(chapters: list[Chapter], edition: Edition, *, docs: list[str]) ->
              f"## {labels['map']}\n", ":::{table}\n:class: chapter-map\n\n"
              + _map_table(main, labels) + "\n:::\n",
              f"## {labels['reverse']}\n", "\n".join(reverse) + "\n"]
-    if exercises:
-        parts += [f"## {labels['exercises']}\n", labels["exercises_note"] + "\n",
-                  _map_table(exercises, labels) + "\n"]
+    for name, part in (("exercises", exercises), ("solutions", solutions)):
+        note = labels[f"{name}_note"] + ("" if solutions or name == "solutions" else " " + labels["solutions_apart"])
+        if part:
+            parts += [f"## {labels[name]}\n", note + "\n", _map_table(part, labels) + "\n"]
     parts += [f"## {labels['reference']}\n",
               "\n".join(f"- [{labels[doc]}]({doc})" for doc in docs) + "\n",
               _toctree(labels["chapters"], [c.staged for c in main])]
-    if exercises:
-        parts.append(_toctree(labels["exercises"], [c.staged for c in exercises]))
+    for name, part in (("exercises", exercises), ("solutions", solutions)):
+        if part:
+            parts.append(_toctree(labels[name], [c.staged for c in part]))
     parts.append(_toctree(labels["reference"], docs))
     return "\n".join(parts)

@@ -13,7 +13,10 @@ English only in those.
   ``#| msgid``); a new cell gets an empty entry; a removed cell's entry becomes obsolete (``#~``).
 - ``build`` writes ``chapters/zh/<same path>.ipynb`` for every notebook listed in
   ``chapters/zh/TRANSLATED``: the English notebook with its markdown cells and code comments
-  replaced.
+  replaced. The exercises are translated from their instructor sources
+  (``exercises/solutions/exNN_*.ipynb``); ``build`` also writes the student version of each into
+  ``chapters/zh/exercises/`` (``course.assignments.student_text``), as ``make assignments`` does
+  for the English ones, which are generated and not translated themselves.
 - ``status`` prints, per notebook, how much is translated; notebooks not listed in TRANSLATED
   are *pending*. ``check`` fails (exit status 1) naming each notebook and cell whose translation
   is missing, fuzzy or stale, and each built notebook that is out of date.
@@ -32,6 +35,7 @@ import polib
 from common.cli import is_dir, option, parse_dataclass_args
 from common.paths import chapters_dir
 from course import translate_comments
+from course.assignments import SOLUTIONS, is_student_version, learner_folder, student_text
 from course.messages import CHINESE
 
 LANGUAGE = CHINESE
@@ -45,10 +49,20 @@ def zh_dir(chapters: Path | None = None) -> Path:
 
 
 def english_notebooks(chapters: Path | None = None) -> list[str]:
-    """Every English notebook, relative to ``chapters/`` (``01_x.ipynb``, ``exercises/ex01.ipynb``)."""
+    """Every English notebook to translate, relative to ``chapters/`` (``01_x.ipynb``,
+    ``exercises/solutions/ex01.ipynb``): the chapters and the exercises' instructor sources, not
+    the student versions generated from them."""
     chapters = chapters or chapters_dir()
-    found = sorted(chapters.glob("*.ipynb")) + sorted((chapters / "exercises").glob("*.ipynb"))
+    found = sorted(chapters.glob("*.ipynb")) + sorted((chapters / "exercises" / SOLUTIONS).glob("*.ipynb"))
     return [p.relative_to(chapters).as_posix() for p in found]
+
+
+def zh_student_version(notebook: str, chapters: Path | None = None) -> Path | None:
+    """The Chinese student version built beside a translated instructor source
+    (``chapters/zh/exercises/ex01.ipynb`` for ``exercises/solutions/ex01.ipynb``); None for a chapter."""
+    built = zh_dir(chapters) / notebook
+    folder = learner_folder(built.parent)
+    return folder / built.name if folder is not None else None
 
 
 def required(chapters: Path | None = None) -> list[str]:
@@ -194,6 +208,12 @@ def check(notebook: str, chapters: Path | None = None) -> list[str]:
         found.append(f"{notebook}: chapters/zh/{notebook} is missing (run `make translations`)")
     elif built.read_text(encoding="utf-8") != build_text(notebook, chapters):
         found.append(f"{notebook}: chapters/zh/{notebook} is out of date (run `make translations`)")
+    elif (student := zh_student_version(notebook, chapters)) is not None:
+        shown = _shown(student, chapters)
+        if not student.is_file():
+            found.append(f"{notebook}: its student version {shown} is missing (run `make translations`)")
+        elif student.read_text(encoding="utf-8") != student_text(built, student.parent):
+            found.append(f"{notebook}: its student version {shown} is out of date (run `make translations`)")
     return found
 
 
@@ -251,6 +271,11 @@ def check_config(config: TranslateConfig) -> dict[str, str]:
     missing = [nb for nb in config.notebooks if not (chapters / nb).is_file()]
     if missing:
         return {"notebooks": f"no such notebook in {chapters}: {', '.join(missing)}"}
+    generated = [nb for nb in config.notebooks if is_student_version(chapters / nb)]
+    if generated:
+        return {"notebooks": "a student version is generated, not translated: name its instructor "
+                             "source, " + ", ".join(str(Path(nb).parent / SOLUTIONS / Path(nb).name)
+                                                   for nb in generated)}
     return {}
 
 
@@ -276,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(build_text(notebook, chapters), encoding="utf-8")
             print(f"wrote {_shown(target, chapters)}")
+            if (student := zh_student_version(notebook, chapters)) is not None:
+                student.write_text(student_text(target, student.parent), encoding="utf-8")
+                print(f"wrote {_shown(student, chapters)} (its student version)")
         failures += check(notebook, chapters) if args.command in ("build", "check") else []
     for failure in failures:
         print(failure, file=sys.stderr)

@@ -15,7 +15,7 @@ class GradingConfig:
 
     submissions: Path = option(None, "folder with one sub-folder per student")
     out: Path = option(Path("build/grades"), "report folder (grades.csv, grades.json, feedback/)")
-    sources: Path | None = option(None, "instructor sources (default: chapters/exercises)")
+    sources: Path | None = option(None, "instructor sources (default: chapters/exercises/solutions)")
     repo: Path | None = option(None, "the repository checkout (default: found from here)")
     notebooks: tuple[str, ...] = option((), "grade only these (e.g. ex01_pytorch_basics); missing "
                                         "ones score 0", nargs="*")
@@ -35,7 +35,7 @@ class GradingConfig:
 
     def __post_init__(self) -> None:
         self.repo = Path(self.repo) if self.repo else repo_root()
-        self.sources = Path(self.sources) if self.sources else self.repo / "chapters" / "exercises"
+        self.sources = Path(self.sources) if self.sources else self.repo / "chapters" / "exercises" / "solutions"
 
 
 @dataclass

@@ -34,11 +34,11 @@ from course.grading.config import GradingConfig, Integrity, Result
 from course.grading.inside.answer_rules import answer_problems
 from course.grading.inside.channel import MAX_MESSAGE
 from course.grading.judges import Run, allow_list, may_drop, own_uids, run_notebook, run_notebooks
-from course.grading.report import with_edition_markdown, write_feedback, write_report
+from course.grading.report import with_edition_markdown, worked_in, write_feedback, write_report
 from course.grading.sandbox import FileGuard, choose_sandbox
 from course.grading.text import shown
 from course.grading.uids import Subordinate
-from course.messages import ENGLISH, notebook_language
+from course.messages import notebook_language
 
 
 class SandboxRequired(RuntimeError):
@@ -216,8 +216,8 @@ def finish(prepared: Prepared, run: Run, config: GradingConfig) -> tuple[list[Re
         results.append(Result(student, f"{notebook}/(setup)", 0.0, 0.0, message[:MAX_MESSAGE]))
     try:  # the feedback is a courtesy: failing to write it costs no points
         language = notebook_language(prepared.language)
-        if language != ENGLISH:  # the edition the student worked in: chapters/zh/exercises/...
-            nb = with_edition_markdown(nb, config.sources.parent / "zh" / config.sources.name / source_path.name)
+        # The markdown of the student version the student worked in (chapters/zh/exercises/... for zh).
+        nb = with_edition_markdown(nb, worked_in(config.repo, source_path, language))
         write_feedback(nb, exercises, results, config.out / "feedback" / student / source_path.name, language)
     except (OSError, ValueError, TypeError) as error:
         print(f"WARNING: no feedback for {shown(student)}/{source_path.name}: {shown(error)}",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nbformat
 
-from course.assignments import Exercise, strip_hidden_tests
+from course.assignments import Exercise, learner_folder, strip_hidden_tests
 from course.grading.config import Result
 from course.grading.text import clean, shown
 from course.messages import ENGLISH, translated
@@ -49,10 +49,25 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
+def worked_in(repo: Path, source_path: Path, language: str) -> Path:
+    """The notebook a student of ``language`` worked in, for an instructor source: the edition's
+    (for Chinese the same path under ``chapters/zh/``, for sources in ``repo``'s ``chapters/``)
+    student version beside it (``exercises/ex01.ipynb`` for ``exercises/solutions/ex01.ipynb``),
+    else the edition's instructor source."""
+    path = source_path.resolve()
+    chapters = (Path(repo) / "chapters").resolve()
+    if language != ENGLISH and path.is_relative_to(chapters):
+        path = chapters / "zh" / path.relative_to(chapters)
+    folder = learner_folder(path.parent)
+    student = folder / path.name if folder is not None else path
+    return student if student.is_file() else path
+
+
 def with_edition_markdown(nb: nbformat.NotebookNode, edition: Path) -> nbformat.NotebookNode:
-    """``nb`` with the markdown cells of its translation ``edition`` (``chapters/zh/exercises/...``:
-    the same cells, code equal modulo comments), so a student reads the feedback in the language
-    they worked in; ``nb`` as it is where there is no such edition or its cells do not line up."""
+    """``nb`` with the markdown cells of the ``edition`` the student worked in (``worked_in``: the
+    same cells, code equal modulo comments), so a student reads the feedback in the language and
+    the words they worked in; ``nb`` as it is where there is no such edition or its cells do not
+    line up."""
     if not edition.is_file():
         return nb
     other = nbformat.read(edition, as_version=4)

@@ -87,9 +87,9 @@ def checkout(tmp_path):
     """A copy of chapter 1, exercise 1 and their .po files, in a checkout that names FORK."""
     text = (REPO / "pyproject.toml").read_text()
     (tmp_path / "pyproject.toml").write_text(text.replace(str(repository(REPO).url), FORK))
-    (tmp_path / "chapters" / "exercises").mkdir(parents=True)
+    (tmp_path / "chapters" / "exercises" / "solutions").mkdir(parents=True)
     (tmp_path / "chapters" / "zh" / "po").mkdir(parents=True)
-    for stem, folder in ((CHAPTER, "chapters"), (EXERCISE, "chapters/exercises")):
+    for stem, folder in ((CHAPTER, "chapters"), (EXERCISE, "chapters/exercises/solutions")):
         for suffix in (".ipynb", ".py"):
             shutil.copy2(REPO / folder / (stem + suffix), tmp_path / folder / (stem + suffix))
         shutil.copy2(REPO / "chapters" / "zh" / "po" / f"{stem}.po",
@@ -126,7 +126,7 @@ def test_bootstrap_inserts_the_cells_after_the_title_and_keeps_every_translation
     exercise = _files(chapters / "exercises") | {"po": (chapters / "zh/po" /
                                                         f"{EXERCISE}.po").read_bytes()}
     assert main(["bootstrap", str(chapters / f"{CHAPTER}.py"),
-                 str(chapters / "exercises" / f"{EXERCISE}.py")]) == 0
+                 str(chapters / "exercises" / "solutions" / f"{EXERCISE}.py")]) == 0
     assert "skipped" in capsys.readouterr().out, "exercises are left alone, and say so"
     assert _files(chapters / "exercises") | {"po": (chapters / "zh/po" /
                                                     f"{EXERCISE}.po").read_bytes()} == exercise
@@ -186,7 +186,9 @@ def test_build_adds_no_cells_where_there_are_none_and_refuses_exercises(checkout
     assert not bootstrap(chapters / f"{CHAPTER}.py", nb, insert=False)
     assert not any(BADGE_START in c.source for c in nb.cells)
     with pytest.raises(ValueError, match="exercise notebooks get no badge"):
-        bootstrap(chapters / "exercises" / f"{EXERCISE}.py", nb)
+        bootstrap(chapters / "exercises" / "solutions" / f"{EXERCISE}.py", nb)
+    with pytest.raises(ValueError, match="exercise notebooks get no badge"):
+        bootstrap(chapters / "exercises" / f"{EXERCISE}.ipynb", nb)  # a student version
 
 
 def test_a_repository_url_that_is_not_github_is_refused(tmp_path):

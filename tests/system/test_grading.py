@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course.assignments import exercises_dir, exercises_of, student_version
+from course.assignments import exercises_dir, exercises_of, solutions_dir, student_version
 from course.grading.config import GradingConfig
 from course.grading.grader import (
     SandboxRequired,
@@ -55,7 +55,7 @@ CELL_TIMEOUT = 6
 ATTACKERS = (*HOSTILE, "h5_symlink", "h6_hardlink", "h11_fifo")
 #: A folder name that is not UTF-8 (byte 0xE9), as Python names it: an honest student's.
 ODD_NAME = "h12_caf\udce9"
-#: A student of the Chinese edition (chapters/zh/exercises), one answer wrong: the feedback speaks Chinese.
+#: A student of the Chinese edition (chapters/zh/exercises/), one answer wrong: the feedback speaks Chinese.
 CHINESE_STUDENT = "xiaoming"
 WRONG_EX1 = "def standardize(x):\n    return x - x.mean(dim=0)\n"
 SANDBOXED = ("eve", "mallory", *ATTACKERS, ODD_NAME, CHINESE_STUDENT, "zz_honest")
@@ -64,15 +64,18 @@ BWRAP = choose_sandbox("auto")[0] == "bwrap"
 
 
 def _copy_repo(root: Path) -> Path:
-    """What a graded kernel could look for: `common`, `course`, the ex01 source, fixtures and git."""
+    """What a graded kernel could look for: `common`, `course`, the ex01 source (and the student
+    versions of both editions: what students open, and the zh feedback's markdown), fixtures and git."""
     for package in ("common", "course"):
         shutil.copytree(REPO / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
-    (root / "chapters" / "exercises").mkdir(parents=True)
+    (root / "chapters" / "exercises" / "solutions").mkdir(parents=True)
     for suffix in (".ipynb", ".py"):
-        shutil.copy(exercises_dir() / NAME.replace(".ipynb", suffix), root / "chapters" / "exercises")
-    (root / "chapters" / "zh" / "exercises").mkdir(parents=True)  # the zh feedback's markdown
+        shutil.copy(solutions_dir() / NAME.replace(".ipynb", suffix), root / "chapters" / "exercises" / "solutions")
+    shutil.copy(exercises_dir() / NAME, root / "chapters" / "exercises")
+    (root / "chapters" / "zh" / "exercises" / "solutions").mkdir(parents=True)
     shutil.copy(zh_dir() / "exercises" / NAME, root / "chapters" / "zh" / "exercises")
+    shutil.copy(zh_dir() / "exercises" / "solutions" / NAME, root / "chapters" / "zh" / "exercises" / "solutions")
     shutil.copytree(FIXTURES, root / "tests" / "fixtures" / "submissions",
                     ignore=shutil.ignore_patterns("__pycache__"))
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
@@ -87,24 +90,24 @@ def _digest(root: Path) -> dict[str, str]:
 
 
 def _submissions(root: Path, students: tuple[str, ...], repo: Path, fill: dict[str, str]) -> Path:
-    source = nbformat.read(repo / "chapters" / "exercises" / NAME, as_version=4)
+    source = nbformat.read(repo / "chapters" / "exercises" / "solutions" / NAME, as_version=4)
     for student in students:
         folder = root / student
         folder.mkdir(parents=True)
         if student in EXPECTED:
             shutil.copy(FIXTURES / student / (NAME + ".json"), folder / NAME)
         elif student == "blank":  # the student version, handed in untouched
-            nbformat.write(student_version(source), folder / NAME)
+            shutil.copy(repo / "chapters" / "exercises" / NAME, folder / NAME)
         elif student == "mallory":  # not a notebook at all
             (folder / NAME).write_text('{"cells": [ this is not json')
         elif student == "h5_symlink":  # the instructor's source, through a link
-            (folder / NAME).symlink_to(repo / "chapters" / "exercises" / NAME)
+            (folder / NAME).symlink_to(repo / "chapters" / "exercises" / "solutions" / NAME)
         elif student == "h6_hardlink":
-            os.link(repo / "chapters" / "exercises" / NAME, folder / NAME)
+            os.link(repo / "chapters" / "exercises" / "solutions" / NAME, folder / NAME)
         elif student == "h11_fifo":  # opening it for reading would wait for a writer forever
             os.mkfifo(folder / NAME)
         elif student == CHINESE_STUDENT:
-            zh = nbformat.read(repo / "chapters" / "zh" / "exercises" / NAME, as_version=4)
+            zh = nbformat.read(repo / "chapters" / "zh" / "exercises" / "solutions" / NAME, as_version=4)
             nbformat.write(with_answers(zh, {"ex1": WRONG_EX1, "ex2": None}, fill), folder / NAME)
         elif student in HOSTILE:
             nbformat.write(with_answers(source, HOSTILE[student], fill), folder / NAME)
@@ -147,7 +150,7 @@ def _grade_copy(root: Path, students: tuple[str, ...], sandbox: str) -> dict:
     out = root / "out"
     subs = _submissions(root / "subs", students, repo, {"out": str(out), "port": str(listener.port)})
     before = _digest(repo)
-    config = GradingConfig(subs, out, repo / "chapters" / "exercises", repo=repo,
+    config = GradingConfig(subs, out, repo / "chapters" / "exercises" / "solutions", repo=repo,
                            timeout=180, cell_timeout=CELL_TIMEOUT, sandbox=sandbox, file_mb=8,
                            processes=16, trusted=sandbox == "none")
     results, info = grade(config)
@@ -203,7 +206,7 @@ def test_each_submission_scores_exactly_the_expected_points(graded):
     assert totals == {**{k: float(v) for k, v in EXPECTED.items()},
                       "blank": 0.0, "mallory": 0.0, CHINESE_STUDENT: 2.0}, graded["results"]
     # The instructor's answers (in every submission but the broken exercises) pass the hidden checks.
-    exercises = exercises_of(nbformat.read(exercises_dir() / NAME, as_version=4))
+    exercises = exercises_of(nbformat.read(solutions_dir() / NAME, as_version=4))
     for exercise in exercises:
         rows = [r for r in graded["results"] if r.exercise == f"{Path(NAME).stem}/{exercise.key}"]
         assert {r.max_points for r in rows} == {exercise.points}, rows
@@ -226,7 +229,8 @@ def test_failure_messages_say_what_went_wrong(graded):
 @pytest.mark.slow
 def test_a_chinese_students_feedback_is_chinese_and_the_report_stays_english(graded):
     """Issue 27: the language comes from the submission's metadata (course/messages.py), the
-    feedback's markdown from chapters/zh/exercises; grades.csv is the instructor's, in English."""
+    feedback's markdown from chapters/zh/exercises/ (the student version the student worked in);
+    grades.csv is the instructor's, in English."""
     rows = [r for r in graded["results"] if r.student == CHINESE_STUDENT]
     assert [r.message for r in rows[:3]] == [
         "check failed: AssertionError: column standard deviations (correction=0) should be 1",
@@ -265,7 +269,7 @@ def test_report_csv_and_json_agree(graded):
 
 @pytest.mark.slow
 def test_feedback_shows_each_checks_name_points_and_message_not_the_hidden_checks(graded):
-    source = nbformat.read(exercises_dir() / NAME, as_version=4)
+    source = nbformat.read(solutions_dir() / NAME, as_version=4)
     feedback = nbformat.read(graded["unsandboxed"]["config"].out / "feedback" / "dave" / NAME,
                              as_version=4)
     for exercise in exercises_of(source):
@@ -408,7 +412,7 @@ def test_links_are_refused_not_followed(tmp_path):
 
 
 def test_only_answer_cells_come_from_the_submission():
-    source = nbformat.read(exercises_dir() / NAME, as_version=4)
+    source = nbformat.read(solutions_dir() / NAME, as_version=4)
     exercises = exercises_of(source)
     submission = student_version(source)
     first = exercises[0]
@@ -447,14 +451,14 @@ def classroom(tmp_path_factory):
     submissions share a judge): the instructor (the solutions), "blank" (the student versions,
     untouched) and "lister" (ex03 only, its Exercise 2 answered with ``_KEEPS_THE_LIST``)."""
     root = tmp_path_factory.mktemp("classroom")
-    sources = sorted(exercises_dir().glob("ex*.ipynb"))
+    sources = sorted(solutions_dir().glob("ex*.ipynb"))
     for student in ("instructor", "blank", "lister"):
         (root / "subs" / student).mkdir(parents=True)
     for source in sources:
         shutil.copy(source, root / "subs" / "instructor" / source.name)
-        nbformat.write(student_version(nbformat.read(source, as_version=4)), root / "subs" / "blank" / source.name)
+        shutil.copy(exercises_dir() / source.name, root / "subs" / "blank" / source.name)  # as committed
     name = "ex03_efficient_pipelines.ipynb"
-    source = nbformat.read(exercises_dir() / name, as_version=4)
+    source = nbformat.read(solutions_dir() / name, as_version=4)
     answers = {e.key: None for e in exercises_of(source)} | {"ex2": _KEEPS_THE_LIST}
     nbformat.write(with_answers(source, answers, {}), root / "subs" / "lister" / name)
     config = GradingConfig(root / "subs", root / "out", repo=REPO, cell_timeout=150)
@@ -486,7 +490,7 @@ def test_a_dataset_that_serves_a_kept_list_fails_the_compact_index_exercise(clas
     rows = {r.exercise.rsplit("/", 1)[1]: r for r in results if r.student == "lister"}
     assert rows["ex2"].points == 0 and "must be the length of self.labels" in rows["ex2"].message, rows["ex2"]
     assert all(r.points == r.max_points for k, r in rows.items() if k != "ex2"), rows
-    assert len(rows) == len(exercises_of(nbformat.read(exercises_dir() / "ex03_efficient_pipelines.ipynb",
+    assert len(rows) == len(exercises_of(nbformat.read(solutions_dir() / "ex03_efficient_pipelines.ipynb",
                                                        as_version=4))), "lister handed in ex03 only"
 
 
@@ -520,7 +524,7 @@ def test_trusted_grading_without_the_sandbox_says_so(tmp_path, capsys):
 def test_what_an_answer_rebound_in_its_own_process_is_recorded_not_scored():
     """An honest answer whose libraries rebind names as they load (``torch._dynamo`` wraps
     ``torch.manual_seed``) used to score zero: the record protects nothing, so it costs nothing."""
-    exercise = exercises_of(nbformat.read(exercises_dir() / NAME, as_version=4))[0]
+    exercise = exercises_of(nbformat.read(solutions_dir() / NAME, as_version=4))[0]
     reply = {"op": "result", "key": exercise.key, "answer_error": None, "check_error": None,
              "tampered": [], "rebound": ["torch.manual_seed"]}
     assert score(exercise, Run(replies={exercise.key: reply}), {}, set()) == (exercise.points, "passed")

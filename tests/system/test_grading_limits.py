@@ -37,7 +37,7 @@ from tests.fixtures.submissions.make_submissions import with_answers
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "ex01_pytorch_basics.ipynb"
-SOURCE = REPO / "chapters" / "exercises" / NAME
+SOURCE = REPO / "chapters" / "exercises" / "solutions" / NAME
 #: The limits the attacks are measured against (a process may add 200 MiB, a file take 32 MiB).
 LIMITS = {"memory_mb": 200, "file_mb": 32, "processes": 16}
 HONEST = dict.fromkeys(("ex1", "ex2", "ex3", "ex4", "ex5"))
@@ -154,8 +154,8 @@ def _copy_repo(root: Path) -> tuple[Path, Path, str]:
     for part in ("common", "course"):
         shutil.copytree(REPO / part, root / "repo" / part, ignore=skip)
     shutil.copy2(REPO / "pyproject.toml", root / "repo")
-    (root / "repo" / "chapters" / "exercises").mkdir(parents=True)
-    shutil.copy2(SOURCE, root / "repo" / "chapters" / "exercises")
+    (root / "repo" / "chapters" / "exercises" / "solutions").mkdir(parents=True)
+    shutil.copy2(SOURCE, root / "repo" / "chapters" / "exercises" / "solutions")
     token = f"instructor-secret-{secrets.token_hex(12)}"
     secret = root / "repo" / "common" / "instructor.key"  # the answer names the last 12 characters
     secret.write_text(token + "\n")

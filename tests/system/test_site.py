@@ -7,6 +7,7 @@ import functools
 import http.server
 import re
 import threading
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote
@@ -22,8 +23,11 @@ from tests.browser import Browser, find_chromium
 REPO = Path(__file__).resolve().parents[2]
 FIRST = "# Chapter 1 — First steps\n**Guide sections:** §2.1.1 数据管道定义 · §1.1 深度学习的基本概念\n"
 PAGES = ["index.html", "chapters/01_first.html", "chapters/02_second.html",
-         "chapters/exercises/01_ex.html", "GLOSSARY.html", "TROUBLESHOOTING.html"]
-TITLES = ["Chapter 1 — First steps", "Chapter 2 — Second", "Exercises 1"]
+         "chapters/exercises/ex01_ex.html", "chapters/exercises/solutions/ex01_ex.html", "GLOSSARY.html",
+         "TROUBLESHOOTING.html"]
+TITLES = ["Chapter 1 — First steps", "Chapter 2 — Second", "Exercises 1", "Exercises 1 (solutions)"]
+#: The tiny instructor source's solution: on its page of the Solutions part, never anywhere else.
+SOLUTION = "return 'the tiny solution'"
 
 
 def markdown(text: str) -> nbformat.NotebookNode:
@@ -79,8 +83,17 @@ def tiny_repo(tmp_path_factory) -> Path:
     draft = executed_by_hand("Chapter 3 — Draft", "§2.2.2 数据增强与归一化", "x = 1")
     draft.cells[1].execution_count = None
     nbformat.write(draft, root / "chapters" / "03_draft.ipynb")
-    nbformat.write(executed_by_hand("Exercises 1", "§2.1.1 数据管道定义", "print('hello')"),
-                   root / "chapters" / "exercises" / "01_ex.ipynb")
+    # An exercise: its student version (unexecuted, as committed) and its instructor source.
+    (root / "chapters" / "exercises" / "solutions").mkdir()
+    student = executed_by_hand("Exercises 1", "§2.1.1 数据管道定义", "def f():\n    raise NotImplementedError()")
+    student.cells[-1].execution_count, student.cells[-1].outputs = None, []
+    nbformat.write(student, root / "chapters" / "exercises" / "ex01_ex.ipynb")
+    nbformat.write(executed_by_hand("Exercises 1 (solutions)", "§2.1.1 数据管道定义",
+                                    f"def f():\n    ### BEGIN SOLUTION\n    {SOLUTION}\n    ### END SOLUTION"),
+                   root / "chapters" / "exercises" / "solutions" / "ex01_ex.ipynb")
+    # An instructor source left in the learner's folder by mistake: never published as an exercise.
+    nbformat.write(executed_by_hand("Exercises 2", None, f"### BEGIN SOLUTION\n{SOLUTION}\n### END SOLUTION"),
+                   root / "chapters" / "exercises" / "ex02_misplaced.ipynb")
     # A stand-in for the Chinese edition (issue 13): one chapter, linking to the glossary.
     nbformat.write(executed_by_hand("第 1 章 — 第一步", None, "print('hello')",
                                     "[术语表](../../GLOSSARY.md)\n\n本章介绍数据管道。\n\n"
@@ -94,12 +107,13 @@ def tiny_repo(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def site(tiny_repo, tmp_path_factory):
-    """The tiny repository's site, built over an earlier build of ours (a stale page in it)."""
+    """The tiny repository's site with its Solutions part (``--solutions``), built over an earlier
+    build of ours (a stale page in it). The real repository's build below is the default one."""
     out = tmp_path_factory.mktemp("site") / "html"
     out.mkdir()
     (out / MARKER).write_text("")
     (out / "stale.html").write_text("old")
-    chapters, warnings = build_site(tiny_repo, out)
+    chapters, warnings = build_site(tiny_repo, out, with_solutions=True)
     return out, chapters, warnings
 
 
@@ -163,13 +177,31 @@ def test_parse_first_cell():
 
 def test_pages_of_both_editions_written_and_unexecuted_notebook_reported(site):
     out, chapters, warnings = site
-    assert [c.page for c in chapters] == PAGES[1:4]
+    assert [c.page for c in chapters] == PAGES[1:5]
     for page in PAGES + ["search.html", "zh/index.html", "zh/chapters/01_first.html",
                          "zh/GLOSSARY.html", "zh/search.html"]:
         assert (out / page).is_file(), page
     assert not (out / "chapters" / "03_draft.html").exists()
+    assert not (out / "chapters" / "exercises" / "ex02_misplaced.html").exists()
     assert warnings == ["chapters/03_draft.ipynb: not executed (run `python -m course.notebooks "
-                        "build` on it)"]
+                        "build` on it)",
+                        "chapters/exercises/ex02_misplaced.ipynb: holds solutions or hidden checks, so it is "
+                        "no student version (instructor sources go in exercises/solutions/; `make assignments`)"]
+
+
+def test_solutions_are_a_part_of_their_own_and_only_there(site):
+    """The student version is an exercise page; the instructor source is in the Solutions part."""
+    out, _, _ = site
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert index.index(">Exercises<") < index.index(">Solutions<")
+    assert "not part of this site" not in index, "the default site's words, not this one's"
+    nav = index.split('class="bd-sidebar-primary', 1)[1]
+    assert nav.index("Exercises") < nav.index("Exercises 1") < nav.index("Solutions") \
+        < nav.index("Exercises 1 (solutions)")
+    for page in out.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        shown = page.relative_to(out).as_posix() == "chapters/exercises/solutions/ex01_ex.html"
+        assert ("the tiny solution" in text) == shown, page
 
 
 def test_index_has_the_chapter_map_both_ways_and_the_sidebar_every_chapter(site):
@@ -290,19 +322,21 @@ def test_output_folder_is_rebuilt_but_a_foreign_one_is_refused(site, tiny_repo, 
     assert (foreign / "notes.txt").read_text() == "mine"
 
 
-def test_no_exercises_leaves_the_exercise_notebooks_out(tiny_repo, tmp_path, monkeypatch):
-    """``--no-exercises`` reaches the build (the build itself is the fixture's; one build)."""
+def test_the_solutions_are_one_deliberate_flag_away(tiny_repo, tmp_path, monkeypatch):
+    """By default the site has the student versions only; ``--solutions`` reaches the build and adds
+    the instructor sources (the build itself is the fixture's; one build)."""
     import course.site
     from course.site_pages import EDITIONS, find_chapters
 
-    asked = {}
-    monkeypatch.setattr(course.site, "build_site", lambda root, out, **kw: asked.update(kw) or ([], []))
-    assert main(["--root", str(tiny_repo), "--out", str(tmp_path / "html"), "--no-exercises"]) == 0
-    assert asked == {"with_exercises": False}
-    chapters, _ = find_chapters(tiny_repo, EDITIONS["en"], with_exercises=False)
-    assert chapters and not [c for c in chapters if "exercises" in c.source]
-    everything, _ = find_chapters(tiny_repo, EDITIONS["en"])
-    assert [c for c in everything if "exercises" in c.source], "the tiny repository has an exercise"
+    asked = []
+    monkeypatch.setattr(course.site, "build_site", lambda root, out, **kw: asked.append(kw) or ([], []))
+    assert main(["--root", str(tiny_repo), "--out", str(tmp_path / "html")]) == 0
+    assert main(["--root", str(tiny_repo), "--out", str(tmp_path / "html"), "--solutions"]) == 0
+    assert asked == [{"with_solutions": False}, {"with_solutions": True}]
+    chapters, _ = find_chapters(tiny_repo, EDITIONS["en"])
+    assert [c.source for c in chapters if "exercises" in c.source] == ["chapters/exercises/ex01_ex.ipynb"]
+    everything, _ = find_chapters(tiny_repo, EDITIONS["en"], with_solutions=True)
+    assert [c.source for c in everything if c.is_solution] == ["chapters/exercises/solutions/ex01_ex.ipynb"]
 
 
 def test_docs_link_only_to_files_that_exist():
@@ -368,6 +402,27 @@ def test_site_in_a_real_browser(site, browser):
         server.server_close()
 
 
+def assert_no_solution_is_published(out: Path) -> None:
+    """No file of the site (pages, sources, downloads, search index) holds a solution's marker, no
+    page is an instructor source's, and no exercise page's text holds a line that only the solutions
+    and hidden checks of its instructor source hold (the chapters share many lines with them)."""
+    from course.assignments import instructor_sources
+    from tests.unit.test_assignments import _solution_lines
+
+    for path in (p for p in out.rglob("*") if p.is_file() and p.suffix in (".html", ".ipynb", ".py", ".js", ".txt")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text, path
+    assert not [p for p in out.rglob("*.html") if "solutions" in p.relative_to(out).parts]
+    for edition, folder in (("", REPO / "chapters"), ("zh", REPO / "chapters" / "zh")):
+        sources = instructor_sources(folder / "exercises" / "solutions")
+        assert sources
+        for source in sources:
+            secret = _solution_lines(nbformat.read(source, as_version=4))
+            page = out / edition / "chapters" / "exercises" / source.with_suffix(".html").name
+            lines = {line.strip() for line in unescape(re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8"))).splitlines()}
+            assert len(secret) > 10 and not secret & lines, f"{page.relative_to(out)}: {sorted(secret & lines)[:3]}"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_repository_builds_into_a_working_site(tmp_path, browser):
@@ -376,11 +431,12 @@ def test_the_repository_builds_into_a_working_site(tmp_path, browser):
     out = tmp_path / "html"
     chapters, warnings = build_site(REPO, out)
     executed = [p for p in sorted((REPO / "chapters").glob("*.ipynb"))
-                + sorted((REPO / "chapters" / "exercises").glob("*.ipynb"))
                 if not any("not executed" in w and p.name in w for w in warnings)]
+    executed += sorted((REPO / "chapters" / "exercises").glob("*.ipynb"))  # the student versions
     assert [c.source for c in chapters] == [p.relative_to(REPO).as_posix() for p in executed]
     assert not [w for w in warnings if "WARNING" in w], warnings
     assert broken_links(out) == []
+    assert_no_solution_is_published(out)
     server = serve(out)
     base = f"http://127.0.0.1:{server.server_address[1]}"
     shots = REPO / "build"

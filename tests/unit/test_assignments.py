@@ -1,9 +1,11 @@
-"""course.assignments: instructor sources follow the conventions; student versions are safe to hand out."""
+"""course.assignments: instructor sources follow the conventions; student versions are safe to hand out,
+and the committed ones (what the chapters link and learners open) are exactly what `make assignments` writes."""
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -12,19 +14,29 @@ from nbclient import NotebookClient
 from course.assignments import (
     BEGIN_HIDDEN,
     BEGIN_SOLUTION,
+    END_HIDDEN,
+    END_SOLUTION,
     AssignmentFormatError,
     answered,
     checks,
+    exercises_dir,
     exercises_of,
     instructor_sources,
     main,
     nbgrader_meta,
+    rebase_links,
+    solutions_dir,
     strip_hidden_tests,
     strip_solutions,
+    student_text,
     student_version,
 )
+from course.translate import zh_dir
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SOURCES = instructor_sources()
+#: The learner's folders of both editions, each with its instructor sources in solutions/.
+LEARNER_FOLDERS = (exercises_dir(), zh_dir() / "exercises")
 CHAPTERS = ("ex01_", "ex02_", "ex03_", "ex04_", "ex05_", "ex06_")
 
 
@@ -119,6 +131,72 @@ def test_checks_lets_not_yet_done_fail_under_nbgrader(mode, monkeypatch, capsys)
     with checks("Exercise 9"):
         answered(...)
     assert "Exercise 9: not yet done" in capsys.readouterr().out
+
+
+def test_the_instructor_sources_live_apart_in_solutions():
+    assert SOURCES and all(p.parent == solutions_dir() == exercises_dir() / "solutions" for p in SOURCES)
+    assert all(p.with_suffix(".py").is_file() for p in SOURCES), "an instructor source has its twin"
+
+
+@pytest.mark.parametrize("folder", LEARNER_FOLDERS, ids=["en", "zh"])
+def test_the_committed_student_versions_are_what_make_assignments_writes(folder):
+    """Byte for byte: each student version equals the build of its instructor source, and there is
+    one for every source and none without one."""
+    sources = instructor_sources(folder / "solutions")
+    assert [p.name for p in sources] == [p.name for p in SOURCES]
+    assert sorted(p.name for p in folder.glob("*.ipynb")) == [p.name for p in sources]
+    for source in sources:
+        assert (folder / source.name).read_text(encoding="utf-8") == student_text(source, folder), \
+            f"{folder / source.name} is out of date: run `make assignments` (zh: `make translations`)"
+    assert not list(folder.glob("*.py")) and not (folder / "manifest.json").exists()
+
+
+def _solution_lines(source: nbformat.NotebookNode) -> set[str]:
+    """The lines a solution or a hidden check holds that the notebook holds nowhere else: what a
+    student version must never show (short lines such as ``return x`` are everywhere)."""
+    inside, outside = set(), set()
+    for cell in source.cells:
+        region = None
+        for line in cell.source.splitlines():
+            if line.strip() in (BEGIN_SOLUTION, BEGIN_HIDDEN):
+                region = line.strip()
+            elif line.strip() in (END_SOLUTION, END_HIDDEN):
+                region = None
+            (inside if region else outside).add(line.strip())
+    return {line for line in inside - outside if len(line) >= 20}
+
+
+@pytest.mark.parametrize("folder", LEARNER_FOLDERS, ids=["en", "zh"])
+def test_no_learner_notebook_holds_a_solution_or_a_hidden_check(folder):
+    for source in instructor_sources(folder / "solutions"):
+        secret = _solution_lines(nbformat.read(source, as_version=4))
+        assert len(secret) > 10, f"{source.name}: the solutions were not found"
+        text = (folder / source.name).read_text(encoding="utf-8")
+        assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text and "END HIDDEN" not in text
+        student = nbformat.read(folder / source.name, as_version=4)
+        shown = {line.strip() for cell in student.cells for line in cell.source.splitlines()}
+        assert not secret & shown, f"{folder.name}/{source.name} shows {sorted(secret & shown)[:3]}"
+        assert all(not c.outputs for c in student.cells if c.cell_type == "code"), "outputs show solutions"
+
+
+def test_links_are_rebased_and_point_a_student_version_at_student_versions(tmp_path):
+    source, out = tmp_path / "chapters" / "zh" / "exercises" / "solutions", tmp_path / "chapters" / "zh" / "exercises"
+    text = ("[g](../../../../GLOSSARY.md#top) [en](../../../exercises/solutions/ex01_a.ipynb) "
+            "[here](#how) [web](https://x.y/a) ![p](../../../figures/p.svg) [c](../../../01_a.ipynb)")
+    assert rebase_links(text, source, out) == (
+        "[g](../../../GLOSSARY.md#top) [en](../../exercises/ex01_a.ipynb) [here](#how) [web](https://x.y/a) "
+        "![p](../../figures/p.svg) [c](../../01_a.ipynb)")
+    assert rebase_links(text, source, source) == text.replace("exercises/solutions/ex01_a", "exercises/ex01_a")
+
+
+def test_the_student_versions_first_cells_say_how_to_check_and_where_the_solutions_are():
+    for path in sorted(exercises_dir().glob("ex*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        text = nb.cells[0].source + nb.cells[1].source
+        assert "raise NotImplementedError()" in text and "raise NotImplementedError()" in "".join(
+            c.source for c in nb.cells if c.cell_type == "code"), "the text says what the cells hold"
+        assert "make grade SUBMISSIONS=" in text and f"chapters/exercises/solutions/{path.name}" in text
+        assert (REPO_ROOT / f"chapters/exercises/solutions/{path.name}").is_file()
 
 
 @pytest.fixture(scope="module")

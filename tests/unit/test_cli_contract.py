@@ -55,7 +55,7 @@ def places(tmp_path_factory, tiny_data) -> dict[str, str]:
     (root / "site-src" / "en").mkdir(parents=True)
     (root / "site-src" / "en" / "mine.txt").write_text("the user's own notes\n")
     (root / "ex").mkdir()
-    shutil.copy(sorted((REPO / "chapters" / "exercises").glob("ex[0-9][0-9]_*.ipynb"))[0],
+    shutil.copy(sorted((REPO / "chapters" / "exercises" / "solutions").glob("ex[0-9][0-9]_*.ipynb"))[0],
                 root / "ex")  # instructor sources of one exercise
     (root / "subs" / "alice").mkdir(parents=True)  # one student, nothing submitted yet
     return {"file": str(root / "file.txt"), "dir": str(root / "folder"),
@@ -170,6 +170,7 @@ CASES = [  # (module, argv, exit status, what stderr must name)
     ("course.assignments", ["list", "--sources", "{dir}"], 2, "--sources"),  # was rc 1, unnamed
     ("course.assignments", ["build", "--out", "{file}"], 2, "--out"),
     ("course.assignments", ["build", "--sources", "{ex}", "--out", "{ex}"], 2, "--out"),
+    ("course.assignments", ["build", "--sources", "{ex}"], 2, "--out"),  # not solutions/: no learner folder
     *[("course.grading.grader", ["--submissions", "{dir}", "--out", "{root}/grades", *argv], 2, flag)
       for argv, flag in [  # each made a correct submission score 0/10 (8/10 for --memory-mb -1), rc 0
           (["--cell-timeout", "0"], "--cell-timeout"), (["--cpu-seconds", "0"], "--cpu-seconds"),

@@ -37,4 +37,4 @@ def test_make_test_runs_every_notebook_once_by_its_strongest_check():
     nbval = " ".join(_make_list("NBVAL_NOTEBOOKS"))
     assert "exercises" not in nbval and "$(WHEEL_CHAPTERS)" in nbval
     grading = (REPO / "tests" / "system" / "test_grading.py").read_text()
-    assert 'exercises_dir().glob("ex*.ipynb")' in grading, "every exercise notebook is graded"
+    assert 'solutions_dir().glob("ex*.ipynb")' in grading, "every exercise notebook is graded"

@@ -14,7 +14,13 @@ import nbformat
 import pytest
 
 from course import checks as checks_module
-from course.assignments import exercises_of, instructor_sources, strip_hidden_tests, student_version
+from course.assignments import (
+    exercises_dir,
+    exercises_of,
+    instructor_sources,
+    strip_hidden_tests,
+    student_version,
+)
 from course.grading.config import GradingConfig
 from course.grading.grader import grade_notebook, score
 from course.grading.judges import Run
@@ -33,6 +39,8 @@ from course.translate import LANGUAGE, zh_dir
 SOURCES = instructor_sources()
 CJK = re.compile(r"[\u4e00-\u9fff]")
 EX01 = "ex01_pytorch_basics.ipynb"
+#: The Chinese edition's instructor source of ex01.
+ZH_SOURCE = zh_dir() / "exercises" / "solutions" / EX01
 
 
 def _check_code(path: Path) -> list[str]:
@@ -88,7 +96,7 @@ def test_the_language_comes_from_the_notebook(monkeypatch, tmp_path):
     monkeypatch.delenv(LANGUAGE_VARIABLE, raising=False)
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
     assert message_language() == ENGLISH
-    monkeypatch.setenv("JPY_SESSION_NAME", str(zh_dir() / "exercises" / EX01))
+    monkeypatch.setenv("JPY_SESSION_NAME", str(zh_dir() / "exercises" / EX01))  # a student version
     assert message_language() == CHINESE
     monkeypatch.setenv("JPY_SESSION_NAME", str(SOURCES[0]))
     assert message_language() == ENGLISH
@@ -99,7 +107,7 @@ def test_the_language_comes_from_the_notebook(monkeypatch, tmp_path):
     assert message_language() == CHINESE
     handed_out = tmp_path / "course" / "week1"  # a student version of the zh edition, elsewhere
     handed_out.mkdir(parents=True)
-    nb = student_version(nbformat.read(zh_dir() / "exercises" / EX01, as_version=4))
+    nb = nbformat.read(zh_dir() / "exercises" / EX01, as_version=4)  # the committed student version
     nbformat.write(nb, handed_out / EX01)
     monkeypatch.chdir(handed_out)
     assert message_language() == ENGLISH
@@ -133,14 +141,14 @@ class Kernel:
 
 
 def test_a_failing_visible_check_of_the_chinese_edition_says_why_in_chinese(monkeypatch):
-    kernel = Kernel(zh_dir() / "exercises" / EX01, monkeypatch)
+    kernel = Kernel(ZH_SOURCE, monkeypatch)
     with pytest.raises(AssertionError) as failed:
         kernel.check("ex1", "def standardize(x):\n    return x - x.mean(dim=0)\n")
     assert str(failed.value) == "每一列的标准差（correction=0）应为 1"
 
 
 def test_an_unanswered_exercise_of_the_chinese_edition_is_not_yet_done_in_chinese(monkeypatch, capsys):
-    Kernel(zh_dir() / "exercises" / EX01, monkeypatch).check("ex2")
+    Kernel(ZH_SOURCE, monkeypatch).check("ex2")
     assert capsys.readouterr().out.strip().endswith(
         "练习 2：尚未完成。请在上面的单元格里写好答案并运行，然后再运行这个单元格。")
     Kernel(SOURCES[0], monkeypatch).check("ex2")
@@ -165,8 +173,9 @@ def test_every_score_message_of_the_grader_has_a_chinese_entry():
             (message, text)
 
 
-def _submission(tmp_path: Path, student: str, source: Path) -> Path:
-    nb = student_version(nbformat.read(source, as_version=4))
+def _submission(tmp_path: Path, student: str, handed_out: Path) -> Path:
+    """The committed student version ``handed_out``, handed in untouched."""
+    nb = nbformat.read(handed_out, as_version=4)
     path = tmp_path / "subs" / student / EX01
     path.parent.mkdir(parents=True)
     nbformat.write(nb, path)
@@ -178,7 +187,7 @@ def test_the_feedback_of_a_chinese_submission_is_chinese(tmp_path, monkeypatch, 
     """grade_notebook with the judges' reply given (no process): the feedback's language is the
     submission's, its messages and its markdown; ``grades.csv``'s messages stay English."""
     source = SOURCES[0]
-    path = _submission(tmp_path, "student", zh_dir() / "exercises" / EX01 if edition == "zh" else source)
+    path = _submission(tmp_path, "student", (zh_dir() / "exercises" if edition == "zh" else exercises_dir()) / EX01)
     failed = {"check_error": "AssertionError: expected shape (50, 3), got (50,)", "tampered": [], "rebound": []}
     run = Run(replies={"ex1": failed, **{f"ex{i}": {"check_error": None} for i in range(2, 6)}})
     monkeypatch.setattr("course.grading.grader.run_notebook", lambda *args, **kwargs: run)

@@ -12,7 +12,7 @@ import polib
 import pytest
 
 from course import code_comments, translate, translate_comments
-from course.assignments import exercises_of
+from course.assignments import exercises_of, is_student_version
 
 REPO = Path(__file__).resolve().parents[2]
 CHAPTERS = REPO / "chapters"
@@ -52,9 +52,13 @@ def test_every_english_notebook_is_required_or_reported_pending(capsys):
     for notebook in notebooks:
         state = "required" if notebook in REQUIRED else "pending"
         assert any(line.startswith(state) and f" {notebook}:" in line for line in lines), notebook
-    # No built Chinese notebook without a required English one (a renamed or deleted chapter).
-    built = {p.relative_to(ZH).as_posix() for p in ZH.rglob("*.ipynb")}
+    # No built Chinese notebook without a required English one (a renamed or deleted chapter); the
+    # student versions of the exercises are built beside their instructor sources' translations.
+    built = {p.relative_to(ZH).as_posix() for p in ZH.rglob("*.ipynb") if not is_student_version(p)}
     assert built == set(REQUIRED)
+    students = {p.relative_to(ZH).as_posix() for p in ZH.rglob("*.ipynb") if is_student_version(p)}
+    assert students == {n.replace("solutions/", "") for n in REQUIRED if n.startswith("exercises/solutions/")}
+    assert not [n for n in notebooks if is_student_version(CHAPTERS / n)], "student versions are not translated"
 
 
 @pytest.mark.parametrize("notebook", REQUIRED)
@@ -332,16 +336,28 @@ def test_readmes_link_each_other_and_troubleshooting_keeps_the_errors():
 
 
 def test_student_versions_of_the_zh_exercises_match_the_english(tmp_path):
-    """`python -m course.assignments build --sources chapters/zh/exercises` hands out the same work."""
+    """`python -m course.assignments build --sources chapters/zh/exercises/solutions` hands out the same work."""
     from course.assignments import build, instructor_sources
 
-    english = build(tmp_path / "en", instructor_sources(CHAPTERS / "exercises"))
-    chinese = build(tmp_path / "zh", instructor_sources(ZH / "exercises"))
+    english = build(tmp_path / "en", instructor_sources(CHAPTERS / "exercises" / "solutions"))
+    chinese = build(tmp_path / "zh", instructor_sources(ZH / "exercises" / "solutions"))
     assert chinese == {stem: english[stem] for stem in chinese}
-    assert {f"exercises/{stem}.ipynb" for stem in chinese} == {
+    assert {f"exercises/solutions/{stem}.ipynb" for stem in chinese} == {
         n for n in REQUIRED if n.startswith("exercises/")}
     for stem in chinese:
         en = nbformat.read(tmp_path / "en" / f"{stem}.ipynb", as_version=4)
         zh = nbformat.read(tmp_path / "zh" / f"{stem}.ipynb", as_version=4)
         assert [code_comments.strip(c.source) for c in zh.cells if c.cell_type == "code"] == [
             code_comments.strip(c.source) for c in en.cells if c.cell_type == "code"]
+
+
+def test_a_student_version_is_refused_for_translation_naming_its_instructor_source(capsys):
+    """The exercises are translated from their instructor sources; the Chinese student versions are
+    built from those translations (and checked: `translate check`), never translated themselves."""
+    with pytest.raises(SystemExit) as refused:
+        translate.main(["check", "--notebooks", "exercises/ex01_pytorch_basics.ipynb"])
+    assert refused.value.code == 2
+    assert "exercises/solutions/ex01_pytorch_basics.ipynb" in capsys.readouterr().err
+    assert translate.zh_student_version("exercises/solutions/ex01_pytorch_basics.ipynb") == \
+        ZH / "exercises" / "ex01_pytorch_basics.ipynb"
+    assert translate.zh_student_version("01_pytorch_basics.ipynb") is None

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Chapter 1 exercises — PyTorch basics
 # **Guide sections:** §1 PyTorch简介与深度学习基础 · §1.1 深度学习的基本概念 · §1.2 PyTorch的框架和特点
-# [Glossary / 术语表](../../GLOSSARY.md)
+# [Glossary / 术语表](../../../GLOSSARY.md)
 # ## What you will learn
 # - Tensor arithmetic with broadcasting, without loops.
 # - Letting autograd compute a gradient, and leaving no trace of it behind.
@@ -20,6 +20,15 @@
 # Your answers then run in a process of their own, and the checks see only what your functions
 # return and what they do to their arguments: return plain values (numbers, strings, tensors,
 # arrays, lists of them), not objects of a class of your own that stand in for them.
+#
+# **Checking your own work.** A check cell tells you at once whether your answer holds up. To run
+# the hidden checks too, save this notebook, copy it into a folder of your own with one sub-folder
+# per person (`mywork/me/`) and run `make grade SUBMISSIONS=mywork` at the root of the repository:
+# `build/grades/grades.csv` holds your points, and `build/grades/feedback/me/` this notebook with a
+# message under each check cell. `make grade` runs the answers in a sandbox (bubblewrap, installed by
+# `make system-deps`); without one, `make grade SUBMISSIONS=mywork GRADE_FLAGS=--trusted` runs your
+# own code as it is. The solutions and the hidden checks are kept apart, in the instructor version of
+# this notebook, `chapters/exercises/solutions/ex01_pytorch_basics.ipynb`: open it once you have tried.
 #
 # The first cell imports what the exercises use, seeds the random generators (so that the checks
 # see the same numbers every run) and picks the device.

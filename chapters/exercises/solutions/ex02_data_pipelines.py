@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Chapter 2 exercises — Dataset, DataLoader, transforms and custom datasets
 # **Guide sections:** §2.1.1 数据管道定义 · §2.2.1 Dataset与DataLoader类 · §2.2.2 数据增强与归一化 · §2.3.1 自定义数据集的创建
-# [Glossary / 术语表](../../GLOSSARY.md)
+# [Glossary / 术语表](../../../GLOSSARY.md)
 # ## What you will learn
 # - The map-style `Dataset` protocol: `__len__`, `__getitem__`, and why `IndexError` matters.
 # - Writing a `Dataset` for a CSV layout nobody has written one for, with errors that name the line.
@@ -22,6 +22,15 @@
 # Your answers then run in a process of their own, and the checks see only what your functions
 # return and what they do to their arguments: return plain values (numbers, strings, tensors,
 # arrays, lists of them), not objects of a class of your own that stand in for them.
+#
+# **Checking your own work.** A check cell tells you at once whether your answer holds up. To run
+# the hidden checks too, save this notebook, copy it into a folder of your own with one sub-folder
+# per person (`mywork/me/`) and run `make grade SUBMISSIONS=mywork` at the root of the repository:
+# `build/grades/grades.csv` holds your points, and `build/grades/feedback/me/` this notebook with a
+# message under each check cell. `make grade` runs the answers in a sandbox (bubblewrap, installed by
+# `make system-deps`); without one, `make grade SUBMISSIONS=mywork GRADE_FLAGS=--trusted` runs your
+# own code as it is. The solutions and the hidden checks are kept apart, in the instructor version of
+# this notebook, `chapters/exercises/solutions/ex02_data_pipelines.ipynb`: open it once you have tried.
 #
 # The first cell imports what the exercises use, seeds the random generators, picks the device and
 # writes a tiny synthetic shapes dataset (12 training images) into a temporary folder, so that the

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Chapter 4 exercises — Distributed training with DDP
 # **Guide sections:** beyond the guide (it breaks off in §2.3.1); builds on §2.2.1 Dataset与DataLoader类, toward the title's 分布式训练
-# [Glossary / 术语表](../../GLOSSARY.md)
+# [Glossary / 术语表](../../../GLOSSARY.md)
 # ## What you will learn
 # - How `DistributedSampler` splits a dataset across ranks, and debugging a `torchrun` script from what it prints.
 # - What DDP's all-reduce does to gradients, simulated in one process.
@@ -21,6 +21,15 @@
 # Your answers then run in a process of their own, and the checks see only what your functions
 # return and what they do to their arguments: return plain values (numbers, strings, tensors,
 # arrays, lists of them), not objects of a class of your own that stand in for them.
+#
+# **Checking your own work.** A check cell tells you at once whether your answer holds up. To run
+# the hidden checks too, save this notebook, copy it into a folder of your own with one sub-folder
+# per person (`mywork/me/`) and run `make grade SUBMISSIONS=mywork` at the root of the repository:
+# `build/grades/grades.csv` holds your points, and `build/grades/feedback/me/` this notebook with a
+# message under each check cell. `make grade` runs the answers in a sandbox (bubblewrap, installed by
+# `make system-deps`); without one, `make grade SUBMISSIONS=mywork GRADE_FLAGS=--trusted` runs your
+# own code as it is. The solutions and the hidden checks are kept apart, in the instructor version of
+# this notebook, `chapters/exercises/solutions/ex04_distributed_training.ipynb`: open it once you have tried.
 #
 # The first cell imports what the exercises use, seeds the random generators, picks the device and
 # makes a temporary working folder (Exercise 4 writes its snapshots there).

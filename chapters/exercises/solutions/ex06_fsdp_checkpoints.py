@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Chapter 6 exercises — Sharding and distributed checkpoints
 # **Guide sections:** beyond the guide (large-scale training, continues §2.1 数据管道的概念与重要性)
-# [Glossary / 术语表](../../GLOSSARY.md)
+# [Glossary / 术语表](../../../GLOSSARY.md)
 # ## What you will learn
 # - What each rank holds under DDP and under ZeRO stages 1–3.
 # - How FSDP's `Shard(0)` splits a parameter's rows across ranks, and how a checkpoint is resharded.
@@ -19,6 +19,15 @@
 # Your answers then run in a process of their own, and the checks see only what your functions
 # return and what they do to their arguments: return plain values (numbers, strings, tensors,
 # arrays, lists of them), not objects of a class of your own that stand in for them.
+#
+# **Checking your own work.** A check cell tells you at once whether your answer holds up. To run
+# the hidden checks too, save this notebook, copy it into a folder of your own with one sub-folder
+# per person (`mywork/me/`) and run `make grade SUBMISSIONS=mywork` at the root of the repository:
+# `build/grades/grades.csv` holds your points, and `build/grades/feedback/me/` this notebook with a
+# message under each check cell. `make grade` runs the answers in a sandbox (bubblewrap, installed by
+# `make system-deps`); without one, `make grade SUBMISSIONS=mywork GRADE_FLAGS=--trusted` runs your
+# own code as it is. The solutions and the hidden checks are kept apart, in the instructor version of
+# this notebook, `chapters/exercises/solutions/ex06_fsdp_checkpoints.ipynb`: open it once you have tried.
 #
 # The first cell imports what the exercises use, seeds the random generators, picks the device and
 # makes a temporary working folder.
