@@ -6,8 +6,10 @@
 # - What each rank holds under DDP and under ZeRO stages 1–3.
 # - How FSDP's `Shard(0)` splits a parameter's rows across ranks, and how a checkpoint is resharded.
 # - Publishing a checkpoint atomically, and finding the newest complete one.
+# - Debugging, from what the ranks print, a checkpoint that a job on another number of processes cannot load.
 #
-# Five exercises, 10 points, from warm-up to challenging. They accompany the chapter 6 notebooks (06_1–06_3).
+# Six exercises, 13 points, from warm-up to challenging. They accompany the chapter 6 notebooks (06_1–06_4);
+# Exercise 6 starts processes with `torchrun`.
 
 # %% [markdown]
 # ## How these exercises work (beyond the guide)
@@ -44,6 +46,8 @@ from course.assignments import checks
 seed_everything(0)
 device = get_device()
 workdir = Path(tempfile.mkdtemp(prefix="ex06-"))
+WORK = Path("ex06_work")  # the scripts of Exercise 6 (git-ignored)
+WORK.mkdir(exist_ok=True)
 print(f"device {device}; working folder {workdir.name}")
 
 # %% [markdown]
@@ -218,4 +222,234 @@ assert newest_complete(root) == root / "step-1000000"
 empty = workdir / "empty"
 empty.mkdir()
 assert newest_complete(empty) is None
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 6 — Debug a checkpoint that does not survive a new world size (beyond the guide) · 3 points
+# The script below trains a small model with FSDP2 on 2 processes for 3 steps and writes a checkpoint; run
+# again with `--resume`, it loads that checkpoint and trains 3 more steps. It is meant to continue on *any*
+# number of processes — a job that lost or gained a machine (chapters 6.2 and 6.4). Resumed on 2 processes
+# it seems to work. The next cell writes it to `ex06_work/resume_fsdp.py` (git-ignored); the one after runs
+# it on 2 processes, then resumes it on 3, and prints what the ranks printed. Read the output as its author
+# did: what happened on 3 processes, and which ranks say they wrote `final.pt`?
+
+# %%
+# %%writefile ex06_work/resume_fsdp.py
+"""Train a small model with FSDP2 on N ranks, checkpoint it, continue from the checkpoint.
+
+    torchrun --standalone --nproc_per_node=N resume_fsdp.py --checkpoint DIR --out FILE [--resume]
+
+Writes DIR/step-3 (then DIR/step-6 when resumed from DIR/step-3) and the final weights to FILE.
+"""
+
+import argparse
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import fully_shard
+
+
+def build_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)  # the same batch on every rank
+    return torch.randn(12, 8, generator=generator), torch.randn(12, 4, generator=generator)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--checkpoint", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    try:
+        model = build_model()
+        for layer in (model[0], model[2]):
+            fully_shard(layer)
+        fully_shard(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        first = 0
+        if args.resume:
+            model.load_state_dict(torch.load(args.checkpoint / "step-3" / f"rank{rank}.pt", weights_only=False))
+            first = 3
+        inputs, targets = batch()
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+        saved = args.checkpoint / f"step-{first + 3}"
+        saved.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), saved / f"rank{rank}.pt")
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        torch.save(full, args.out)
+        print(f"rank {rank}: step {first + 3}, loss {loss.item():.4f}, saved {saved.name} and {args.out.name}")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+
+# %% [markdown]
+# `run_fsdp` starts a script like that under `torchrun --standalone` on `ranks` processes, with
+# `--checkpoint` and `--out`, and returns the finished process (exit code, what the ranks printed).
+# `one_process(steps)` is what the training must give: the same model and batch, trained in one process.
+
+# %%
+import re
+import shutil
+import subprocess
+
+from torch import nn
+
+from common.ddp.launch import launch_env, torchrun_command
+
+
+def run_fsdp(script: Path, folder: Path, ranks: int, *extra: str) -> subprocess.CompletedProcess:
+    """``script --checkpoint folder/ckpt --out folder/final.pt`` on ``ranks`` processes, finished."""
+    args = ["--checkpoint", str(folder / "ckpt"), "--out", str(folder / "final.pt"), *extra]
+    done = subprocess.run(torchrun_command(str(script), args, nproc_per_node=ranks), capture_output=True,
+                          text=True, timeout=180, env=launch_env(threads=1), check=False)
+    if "NotImplementedError" in done.stderr:
+        raise NotImplementedError(f"{script.name} still raises NotImplementedError")
+    return done
+
+
+def one_process(steps: int) -> dict[str, torch.Tensor]:
+    """The weights after ``steps`` SGD steps of the script's model on its batch, in one process."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    generator = torch.Generator().manual_seed(1)
+    inputs, targets = torch.randn(12, 8, generator=generator), torch.randn(12, 4, generator=generator)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+    return model.state_dict()
+
+
+shutil.rmtree(WORK / "broken", ignore_errors=True)  # a fresh start
+first = run_fsdp(WORK / "resume_fsdp.py", WORK / "broken", 2)
+print(first.stdout)
+again = run_fsdp(WORK / "resume_fsdp.py", WORK / "broken", 3, "--resume")
+print(f"resumed on 3 processes: exit code {again.returncode}")
+print(re.search(r"Cannot run .*? different meshes: got DeviceMesh\(\(\d+,\).*?\)\) and DeviceMesh\(\(\d+,\).*?\)\)",
+                again.stderr)[0])
+assert first.returncode == 0 and again.returncode != 0
+
+# %% [markdown]
+# Write the corrected script as the text of `fixed_script`; the check below saves it as
+# `ex06_work/fixed_fsdp.py`, runs it on 2 processes and resumes it on 3 (an answer cell holds definitions
+# only). Copy the script above between its `'''` quotes and fix what the output shows: resumed on 3 (or any
+# number of) processes it must go on from step 3 to the weights that 6 steps in one process give, and
+# `final.pt` is written once (with one line `rank 0: step …`). Keep the printed lines, the arguments and the
+# `step-3`/`step-6` folders. Mind which calls are collectives: every rank must make them. Chapters 6.1 and
+# 6.2 show every tool it takes; the hidden checks look at what the checkpoints hold.
+
+# %% nbgrader={"grade": false, "grade_id": "ex6-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+fixed_script = '''
+### BEGIN SOLUTION
+"""Train a small model with FSDP2 on N ranks, checkpoint it, continue from the checkpoint on any N.
+
+    torchrun --standalone --nproc_per_node=N resume_fsdp.py --checkpoint DIR --out FILE [--resume]
+
+Writes DIR/step-3 (then DIR/step-6 when resumed from DIR/step-3) and the final weights to FILE.
+"""
+
+import argparse
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.fsdp import fully_shard
+
+
+def build_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)  # the same batch on every rank
+    return torch.randn(12, 8, generator=generator), torch.randn(12, 4, generator=generator)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--checkpoint", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    try:
+        model = build_model()
+        for layer in (model[0], model[2]):
+            fully_shard(layer)
+        fully_shard(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        first = 0
+        if args.resume:
+            state = {"model": get_model_state_dict(model)}  # this world size's shards, to fill
+            dcp.load(state, checkpoint_id=args.checkpoint / "step-3")  # each rank reads the rows it holds now
+            set_model_state_dict(model, state["model"])
+            first = 3
+        inputs, targets = batch()
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+        saved = args.checkpoint / f"step-{first + 3}"
+        dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=saved)  # all ranks, one checkpoint
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if rank == 0:  # one rank writes the file
+            torch.save(full, args.out)
+            print(f"rank {rank}: step {first + 3}, loss {loss.item():.4f}, saved {saved.name} and {args.out.name}")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+### END SOLUTION
+'''
+
+# %% nbgrader={"grade": true, "grade_id": "ex6-tests", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+with checks("Exercise 6"):
+    (WORK / "fixed_fsdp.py").write_text(fixed_script)
+    shutil.rmtree(WORK / "fixed", ignore_errors=True)  # nothing left from an earlier try
+    for ranks, extra, step in ((2, (), 3), (3, ("--resume",), 6)):
+        done = run_fsdp(WORK / "fixed_fsdp.py", WORK / "fixed", ranks, *extra)
+        assert done.returncode == 0, f"on {ranks} processes the script failed:\n{done.stderr[-1500:]}"
+        lines = re.findall(r"^rank (\d+): step (\d+), loss [\d.]+, saved step-\d+ and final.pt$", done.stdout, re.M)
+        assert [rank for rank, _ in lines] == ["0"], f"only rank 0 may write final.pt; on {ranks} processes: {lines}"
+        assert lines[0][1] == str(step), f"on {ranks} processes the run should end at step {step}: {lines}"
+    final = torch.load(WORK / "fixed" / "final.pt", weights_only=True)
+    assert sorted(final) == sorted(one_process(0)), "final.pt holds the plain (full) state dict"
+    for name, value in one_process(6).items():
+        assert torch.allclose(final[name], value, atol=1e-5), \
+            f"resumed on 3 processes, {name} is not what 6 steps in one process give"
+### BEGIN HIDDEN TESTS
+for step, ranks in ((3, 2), (6, 3)):
+    files = sorted(p.name for p in (WORK / "fixed" / "ckpt" / f"step-{step}").iterdir())
+    expected = [".metadata"] + [f"__{rank}_0.distcp" for rank in range(ranks)]
+    assert files == expected, (f"step-{step} should be one distributed checkpoint that {ranks} ranks wrote "
+                               f"together (torch.distributed.checkpoint), holding {expected}; it holds {files}")
+assert "destroy_process_group" in fixed_script, "leave the process group"
 ### END HIDDEN TESTS
