@@ -7,8 +7,9 @@
 # - Writing tar shards in the WebDataset convention, byte for byte reproducibly.
 # - Reading shards safely: no path traversal, no links.
 # - A bounded shuffle buffer, and equal sample counts per rank so that DDP never waits forever.
+# - Debugging a `torchrun` job that reads some samples twice, from the counts it prints.
 #
-# Six exercises, 10 points, from warm-up to challenging (the last one starts worker processes). They accompany the sharded-datasets chapter (05).
+# Seven exercises, 12 points, from warm-up to challenging (the last two start processes). They accompany the sharded-datasets chapter (05).
 
 # %% [markdown]
 # ## How these exercises work
@@ -35,6 +36,7 @@
 
 # %%
 import io
+import re
 import tarfile
 import tempfile
 from pathlib import Path
@@ -56,6 +58,8 @@ from course.assignments import checks
 seed_everything(0)
 device = get_device()
 workdir = Path(tempfile.mkdtemp(prefix="ex05-"))
+WORK = Path("ex05_work")  # the scripts of Exercise 7 (git-ignored)
+WORK.mkdir(exist_ok=True)
 samples = [(f"img_{i:05d}", bytes([i % 256]) * (10 + i), i % 6) for i in range(23)]
 print(f"device {device}; {len(samples)} tiny samples (key, bytes, label); temporary working folder {workdir.name}")
 
@@ -331,6 +335,174 @@ with checks("Exercise 6"):
 ### BEGIN HIDDEN TESTS
 assert images.dtype == torch.float32 and images.min() < 0, "normalized float images (mean subtracted)"
 assert isinstance(loader.dataset, ShardedImageDataset), "read the shards with ShardedImageDataset"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 7 — Debug a job that reads some samples twice · 2 points
+# The script below streams 8 shards of 6 samples (48 in all) on every rank through a `DataLoader` with
+# worker processes, and reports what each rank read and what all ranks read together. Its author meant one
+# pass over the data: every sample read by exactly one worker of one rank. The next cell writes it
+# to `ex05_work/shard_reader.py` (git-ignored); the one after runs it with `torchrun` on 2 processes with 2
+# workers each. Read the counts: what went wrong, and where in the script?
+
+# %%
+# %%writefile ex05_work/shard_reader.py
+"""Read 8 shards of 6 samples on every rank with DataLoader workers; report what was read.
+
+    torchrun --standalone --nproc_per_node=N shard_reader.py --workers W
+"""
+
+import argparse
+import random
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, IterableDataset
+
+SHARDS = [list(range(6 * s, 6 * s + 6)) for s in range(8)]  # shard s holds samples 6s .. 6s+5
+
+
+class ShardStream(IterableDataset):
+    """The samples of this rank's shards, shard by shard."""
+
+    def __init__(self, shards: list[list[int]], *, seed: int = 0) -> None:
+        self.shards, self.seed = shards, seed
+
+    def __iter__(self):
+        order = list(range(len(self.shards)))
+        random.shuffle(order)  # a new shard order every run
+        rank, world = dist.get_rank(), dist.get_world_size()
+        for shard in order[rank::world]:
+            yield from self.shards[shard]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    try:
+        loader = DataLoader(ShardStream(SHARDS), batch_size=None, num_workers=args.workers)
+        mine = [int(sample) for sample in loader]
+        print(f"rank {rank}: read {len(mine)} samples, {len(set(mine))} distinct")
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+        if rank == 0:
+            read = [sample for samples in everyone for sample in samples]
+            missing = 48 - len(set(read))
+            print(f"all ranks: {len(read)} samples, {len(set(read))} distinct, {missing} never read")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+
+# %%
+import subprocess
+
+from common.ddp.launch import launch_env, torchrun_command
+
+
+def run_reader(script: Path, ranks: int, workers: int) -> str:
+    """``script --workers workers`` on ``ranks`` processes under torchrun; what the ranks printed."""
+    command = torchrun_command(str(script), ["--workers", str(workers)], nproc_per_node=ranks)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=launch_env(threads=1),
+                          check=False)
+    if "NotImplementedError" in done.stderr:
+        raise NotImplementedError(f"{script.name} still raises NotImplementedError")
+    assert done.returncode == 0, f"{script.name} failed:\n{done.stderr[-1500:]}"
+    return done.stdout
+
+
+print(run_reader(WORK / "shard_reader.py", ranks=2, workers=2))
+
+# %% [markdown]
+# Write the corrected script as the text of `fixed_script`; the check below saves it as
+# `ex05_work/fixed_reader.py` and runs it (an answer cell holds definitions only). Copy the script above between
+# its `'''` quotes and fix it so that, on any number of ranks with any number of workers, every one of the
+# 48 samples is read exactly once per run. Keep the printed lines and the `--workers` flag. Chapter 5 shows
+# every tool it takes; the hidden checks run it on other numbers of ranks and workers.
+
+# %% nbgrader={"grade": false, "grade_id": "ex7-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+fixed_script = '''
+### BEGIN SOLUTION
+"""Read 8 shards of 6 samples on every rank with DataLoader workers; report what was read.
+
+    torchrun --standalone --nproc_per_node=N shard_reader.py --workers W
+"""
+
+import argparse
+import random
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+SHARDS = [list(range(6 * s, 6 * s + 6)) for s in range(8)]  # shard s holds samples 6s .. 6s+5
+
+
+class ShardStream(IterableDataset):
+    """The samples of this consumer's shards (a consumer: one worker of one rank), shard by shard."""
+
+    def __init__(self, shards: list[list[int]], *, seed: int = 0) -> None:
+        self.shards, self.seed = shards, seed
+
+    def __iter__(self):
+        order = list(range(len(self.shards)))
+        random.Random(self.seed).shuffle(order)  # the same order in every rank and worker
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        rank, world = dist.get_rank(), dist.get_world_size()
+        for shard in order[rank * workers + worker::world * workers]:  # each (rank, worker) its own shards
+            yield from self.shards[shard]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    try:
+        loader = DataLoader(ShardStream(SHARDS), batch_size=None, num_workers=args.workers)
+        mine = [int(sample) for sample in loader]
+        print(f"rank {rank}: read {len(mine)} samples, {len(set(mine))} distinct")
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+        if rank == 0:
+            read = [sample for samples in everyone for sample in samples]
+            missing = 48 - len(set(read))
+            print(f"all ranks: {len(read)} samples, {len(set(read))} distinct, {missing} never read")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+### END SOLUTION
+'''
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex7-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+def read_counts(printed: str) -> tuple[int, int, int]:
+    found = re.findall(r"^all ranks: (\d+) samples, (\d+) distinct, (\d+) never read$", printed, re.M)
+    assert len(found) == 1, f"expected one line 'all ranks: ...' from rank 0, got:\n{printed}"
+    return tuple(int(n) for n in found[0])
+
+
+with checks("Exercise 7"):
+    (WORK / "fixed_reader.py").write_text(fixed_script)
+    printed = run_reader(WORK / "fixed_reader.py", ranks=2, workers=2)
+    read, distinct, missing = read_counts(printed)
+    assert missing == 0, f"{missing} samples were never read: the ranks must agree on the shard order"
+    assert read == distinct == 48, f"{read} samples read, {distinct} distinct: each worker of each rank needs shards of its own"
+### BEGIN HIDDEN TESTS
+printed = run_reader(WORK / "fixed_reader.py", ranks=1, workers=3)
+assert read_counts(printed) == (48, 48, 0), f"1 rank with 3 workers (8 shards for 3 consumers) reads:\n{printed}"
 ### END HIDDEN TESTS
 
 # %% [markdown]
