@@ -19,6 +19,10 @@ A unit test holds each one equal to what ``build`` writes from its instructor so
 import checks``) reports an exercise that raises ``NotImplementedError`` as "not yet done"
 instead of failing, so a student version runs top to bottom; the hidden checks, which
 are outside ``checks``, still fail such an exercise when it is graded.
+
+A code cell tagged ``demo`` only shows the learner something (a broken script failing, the way
+a check will run an answer): the grader does not run it, and ``exercises_of`` refuses a source in
+which a later cell uses a name a demo cell binds.
 """
 
 from __future__ import annotations
@@ -36,9 +40,10 @@ from typing import TYPE_CHECKING
 from common.cli import is_dir, is_dir_or_absent, option, parse_dataclass_args
 from common.paths import chapters_dir
 from course.checks import answered, checks
+from course.demo_cells import DEMO_TAG, DemoCellError, check_demo, is_demo
 
-__all__ = ["AssignmentFormatError", "Exercise", "answered", "build", "checks", "exercises_dir",
-           "exercises_of", "instructor_sources", "is_exercise_notebook", "is_student_version",
+__all__ = ["DEMO_TAG", "AssignmentFormatError", "Exercise", "answered", "build", "checks", "exercises_dir",
+           "exercises_of", "instructor_sources", "is_demo", "is_exercise_notebook", "is_student_version",
            "learner_folder", "main", "nbgrader_meta", "rebase_links", "solutions_dir",
            "strip_hidden_tests", "strip_solutions", "student_text", "student_version"]
 
@@ -142,6 +147,11 @@ def exercises_of(nb: nbformat.NotebookNode, *, name: str = "notebook") -> list[E
     if set(answers) != set(tests):
         raise AssignmentFormatError(f"{name}: exercises {sorted(set(answers) ^ set(tests))} "
                                     "lack an answer cell or a check cell")
+    for index, cell in enumerate(nb.cells):
+        try:
+            check_demo(nb, index, name) if is_demo(cell) else None
+        except DemoCellError as error:
+            raise AssignmentFormatError(str(error)) from None
     return [Exercise(key, answers[key], tests[key][0], tests[key][1])
             for key in sorted(tests, key=lambda k: tests[k][0])]
 

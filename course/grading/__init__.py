@@ -16,8 +16,8 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
     host (the instructor's machine)           | inside the sandbox (bubblewrap), own uid
                                               |
     grader  --- JSON lines: per submission -> | judge            passes the check cells on;
-    (grader.py, judges.py)  begin, setup      | (inside/judge.py)  first forks a zygote,
-      cells, answers, checks                  |    |  which imports the setup's modules and
+    (grader.py, submission.py, judges.py)     | (inside/judge.py)  first forks a zygote,
+      begin, setup cells, answers, checks     |    |  which imports the setup's modules and
       keeps only the reply fields it knows    |    |  forks a template per submission
       writes the report after every judge     |    +-- template  runs the setup cells, never
       of a notebook is dead                   |    |   (inside/processes.py)  holds a check
@@ -73,8 +73,8 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
   ``nsswitch.conf`` for ``localhost``, the time zone, fonts), the interpreter's prefixes
   (``sys.prefix`` and ``sys.base_prefix``: the venv and the Python it was made from), ``common/``
   and what runs inside (``course/grading/inside/``, and ``course/checks.py`` with its
-  ``course/messages.py`` and ``course/messages_zh.json``, and ``course/assignments.py``, that the
-  setup cells import). Writable: the working copy, which is
+  ``course/messages.py`` and ``course/messages_zh.json``, and ``course/assignments.py`` with its
+  ``course/demo_cells.py``, that the setup cells import). Writable: the working copy, which is
   also its private ``/tmp`` and holds an empty HOME, and a ``/dev/shm`` of its own. Nothing else
   exists in it: not the repository (``.git``, ``tests/``, the exercise sources), the submissions,
   the report, another checkout or a backup of the sources, ``/root``, any user's home (``~/.ssh``),

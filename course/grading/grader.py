@@ -1,10 +1,10 @@
 """The grader: submissions in, judges shared by each notebook's submissions, scores and the report out.
 
-``python -m course.grading --submissions DIR --out DIR`` (``--help`` for the limits). A
-submission's answer cells are put into the instructor source (``graded_notebook``); answer
-cells that would run code before the checks are refused here (``answer_rules``), the rest
-is run by judges (``judges``) inside the sandbox, and each reply becomes a row
-(``score``). The threat model is in ``course/grading/__init__.py``.
+``python -m course.grading --submissions DIR --out DIR`` (``--help`` for the limits). Each
+submission is read and turned into the judge's requests (``submission``: its answer cells put into
+the instructor source, answers that would run code before the checks refused, answers left as
+handed out only recorded); the requests are run by judges (``judges``) inside the sandbox, and
+each reply becomes a row (``submission.score``). The threat model is in ``course/grading/__init__.py``.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import os
 import site
-import stat
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import nbformat
@@ -28,14 +27,14 @@ from common.cli import (
     parse_dataclass_args,
     positive,
 )
-from course.assignments import STUB, Exercise, exercises_of, instructor_sources, sources_problem
+from course.assignments import exercises_of, instructor_sources, sources_problem
 from course.grading.cgroups import available
 from course.grading.config import GradingConfig, Integrity, Result
-from course.grading.inside.answer_rules import answer_problems
 from course.grading.inside.channel import MAX_MESSAGE
 from course.grading.judges import Run, allow_list, may_drop, own_uids, run_notebook, run_notebooks
 from course.grading.report import with_edition_markdown, worked_in, write_feedback, write_report
 from course.grading.sandbox import FileGuard, choose_sandbox
+from course.grading.submission import Prepared, prepare, score, zero_rows
 from course.grading.text import shown
 from course.grading.uids import Subordinate
 from course.messages import notebook_language
@@ -65,136 +64,6 @@ def find_submissions(config: GradingConfig, names: list[str]) -> list[tuple[str,
     return found
 
 
-def read_submission(path: Path, folder: Path) -> nbformat.NotebookNode:
-    """Read a submitted notebook without following links: a symbolic or hard link is refused, and
-    anything but a regular file (a FIFO named like the notebook would block ``open`` forever).
-
-    Raises:
-        ValueError: Naming the link or the kind of file.
-    """
-    for part in [path, *path.parents]:
-        if part == folder.parent:
-            break
-        if part.is_symlink():
-            raise ValueError(f"{part.name} is a symbolic link: hand in the file itself")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{shown(path.name)} is not a regular file: hand in the notebook itself")
-        if info.st_nlink > 1:
-            raise ValueError(f"{shown(path.name)} is a hard link: hand in a copy of the file")
-        os.set_blocking(handle.fileno(), True)
-        return nbformat.reads(handle.read(50 * 2**20).decode("utf-8"), as_version=4)
-
-
-def graded_notebook(source: nbformat.NotebookNode, submission: nbformat.NotebookNode,
-                    exercises: list[Exercise]) -> tuple[nbformat.NotebookNode, set[str]]:
-    """The instructor source with the submission's answer cells; also the keys missing."""
-    answers: dict[str, str] = {}
-    for cell in submission.cells:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if isinstance(grade_id, str) and grade_id.endswith("-answer"):
-            answers.setdefault(grade_id, cell.source if isinstance(cell.source, str) else "")
-    graded = nbformat.from_dict(json.loads(json.dumps(source)))
-    for cell in graded.cells:
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    missing = set()
-    for exercise in exercises:
-        text = answers.get(f"{exercise.key}-answer")
-        if text is None:
-            missing.add(exercise.key)
-            text = STUB
-        graded.cells[exercise.answer_cell].source = text
-    return graded, missing
-
-
-def judge_requests(nb: nbformat.NotebookNode, exercises: list[Exercise], refused: dict[str, str]) -> list[dict]:
-    """The judge's requests in notebook order: setup cells, and one per exercise at its check cell."""
-    by_tests = {e.tests_cell: e for e in exercises}
-    answers = {e.answer_cell for e in exercises}
-    requests = []
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or index in answers:
-            continue
-        exercise = by_tests.get(index)
-        if exercise is None:
-            requests.append({"op": "setup", "index": index, "code": cell.source})
-        elif exercise.key not in refused:
-            requests.append({"op": "exercise", "key": exercise.key, "check": cell.source,
-                             "answer": nb.cells[exercise.answer_cell].source})
-    return requests
-
-
-def score(exercise: Exercise, run: Run, refused: dict[str, str], missing: set[str]) -> tuple[float, str]:
-    """Points and message of one exercise from what the judges said; the answer's integrity record
-    (``rebound``) is not a score."""
-    if exercise.key in missing:
-        return 0.0, f"the answer cell '{exercise.key}-answer' is missing from the submission"
-    if exercise.key in refused:
-        return 0.0, f"answer cell: {refused[exercise.key]}"
-    if exercise.key in run.changes:
-        return 0.0, ("changed files outside its working copy (undone): "
-                     + "; ".join(run.changes[exercise.key]))[:MAX_MESSAGE]
-    reply = run.replies.get(exercise.key)
-    if reply is None:
-        why = run.fatal.get(exercise.key) or next(iter(run.fatal.values()), "the notebook stopped earlier")
-        setup = "; ".join(run.setup_errors.values())
-        return 0.0, f"not run: {why}" + (f" (setup: {setup})" if setup else "")
-    if reply.get("fatal"):
-        return 0.0, str(reply["fatal"])[:MAX_MESSAGE]
-    if reply.get("tampered"):
-        return 0.0, ("tampered with the checks or the setup's files ("
-                     + ", ".join(map(str, reply["tampered"])) + ")")[:MAX_MESSAGE]
-    answer_error = reply.get("answer_error")
-    check_error = reply.get("check_error")
-    answer_error = str(answer_error)[:MAX_MESSAGE] if answer_error else None
-    check_error = str(check_error)[:MAX_MESSAGE] if check_error else None
-    if check_error is None:
-        return exercise.points, "passed" + (f" (answer cell: {answer_error})" if answer_error else "")
-    if check_error.startswith("NotImplementedError") or (answer_error or "").startswith("NotImplementedError"):
-        return 0.0, "not attempted (NotImplementedError)"
-    prefix = f"answer cell: {answer_error}; " if answer_error else ""
-    return 0.0, f"{prefix}check failed: {check_error}"
-
-
-@dataclass
-class Prepared:
-    """A submitted notebook read and checked, waiting for its judge run."""
-
-    student: str
-    source_path: Path
-    nb: nbformat.NotebookNode  # the instructor source with the submission's answer cells
-    exercises: list[Exercise]
-    missing: set[str]
-    refused: dict[str, str]
-    language: object  # the edition the student worked in (the notebook's metadata says)
-
-    @property
-    def requests(self) -> list[dict]:
-        return judge_requests(self.nb, self.exercises, self.refused | {k: "" for k in self.missing})
-
-
-def prepare(student: str, source_path: Path, submission_path: Path | None,
-            config: GradingConfig) -> Prepared | list[Result]:
-    """Read one submitted notebook and refuse what must not run: a ``Prepared`` for the judges,
-    or the rows already (not submitted, unreadable); never raises for anything the submission does."""
-    source = nbformat.read(source_path, as_version=4)
-    exercises = exercises_of(source, name=source_path.name)
-    notebook = source_path.stem
-    if submission_path is None:
-        return zero_rows(student, notebook, exercises, "not submitted")
-    try:
-        submission = read_submission(submission_path, Path(config.submissions) / student)
-    except (OSError, ValueError, KeyError, TypeError) as error:  # nbformat raises several kinds
-        return zero_rows(student, notebook, exercises, f"cannot read the notebook: {error}"[:MAX_MESSAGE])
-    nb, missing = graded_notebook(source, submission, exercises)
-    refused = {e.key: why for e in exercises if e.key not in missing
-               and (why := answer_problems(nb.cells[e.answer_cell].source))}
-    return Prepared(student, source_path, nb, exercises, missing, refused, submission.get("metadata"))
-
-
 def finish(prepared: Prepared, run: Run, config: GradingConfig) -> tuple[list[Result], list[Integrity]]:
     """The rows and integrity records of one submitted notebook from its judges' run; writes its
     feedback."""
@@ -202,7 +71,7 @@ def finish(prepared: Prepared, run: Run, config: GradingConfig) -> tuple[list[Re
     notebook = source_path.stem
     results, integrity = [], []
     for exercise in exercises:
-        points, message = score(exercise, run, prepared.refused, prepared.missing)
+        points, message = score(exercise, run, prepared.refused, prepared.missing, prepared.unattempted)
         results.append(Result(student, f"{notebook}/{exercise.key}", points, exercise.points, message))
         reply = run.replies.get(exercise.key) or {}
         for kind, field in (("checker", "tampered"), ("rebound", "rebound")):
@@ -233,7 +102,8 @@ def grade_notebook(student: str, source_path: Path, submission_path: Path | None
     prepared = prepare(student, source_path, submission_path, config)
     if not isinstance(prepared, Prepared):
         return prepared, []
-    run = run_notebook(prepared.requests, student, config, sandbox, guard, subordinate)
+    run = run_notebook(prepared.requests, student, config, sandbox, guard, subordinate) \
+        if prepared.needs_judge else Run()
     return finish(prepared, run, config)
 
 
@@ -269,11 +139,6 @@ def _runs(batch: list[Prepared], config: GradingConfig, sandbox: str, guard: Fil
             except Exception as error:  # noqa: BLE001 - one broken submission must not stop the rest
                 runs[student] = error
         return runs
-
-
-def zero_rows(student: str, notebook: str, exercises: list[Exercise], message: str) -> list[Result]:
-    """Zero points for every exercise of a notebook, with one message."""
-    return [Result(student, f"{notebook}/{e.key}", 0.0, e.points, message) for e in exercises]
 
 
 def _guard(config: GradingConfig) -> FileGuard:
@@ -314,10 +179,12 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
         except Exception as error:  # noqa: BLE001 - one broken submission must not stop the rest
             prepared.append(_grader_error(student, sources[name], error))
     batches: dict[str, list[Prepared]] = {}  # one notebook's submissions share judges
-    for ready in prepared:
-        if isinstance(ready, Prepared):
-            batches.setdefault(ready.source_path.stem, []).append(ready)
     runs: dict[tuple[str, str], Run | Exception] = {}
+    for ready in prepared:
+        if isinstance(ready, Prepared) and ready.needs_judge:
+            batches.setdefault(ready.source_path.stem, []).append(ready)
+        elif isinstance(ready, Prepared):  # nothing but untouched, missing or refused answers
+            runs[(ready.source_path.stem, ready.student)] = Run()
     for name, batch in batches.items():
         print(f"grading {shown(name)}: {len(batch)} submission(s) ...", flush=True)
         runs.update({(name, s): run for s, run in _runs(batch, config, sandbox, guard, subordinate).items()})

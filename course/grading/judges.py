@@ -47,7 +47,8 @@ JUDGE = [sys.executable, "-s", "-c", "import sys; sys.path[:] = [p for p in sys.
          "from course.grading.inside.judge import main; raise SystemExit(main())"]
 #: What the sandbox shows of the repository: the learner's package and what runs inside.
 EXPOSED = ("common", "pyproject.toml", "course/__init__.py", "course/checks.py", "course/messages.py",
-           "course/messages_zh.json", "course/assignments.py", "course/grading/__init__.py", "course/grading/inside")
+           "course/messages_zh.json", "course/assignments.py", "course/demo_cells.py", "course/grading/__init__.py",
+           "course/grading/inside")
 #: Room in the sandbox's working copy for the setup cells' files, beyond an exercise's ``--file-mb``.
 SETUP_MB = 128
 
@@ -277,7 +278,7 @@ def _serve(proc: subprocess.Popen, work: list[tuple[str, list[dict]]], config: G
         if left is not None:
             exercises = [r for r in left if r["op"] == "exercise"]
             # A new judge: the setup cells again, then the exercises after the one that stopped this one.
-            rest = [r for r in requests if r["op"] == "setup" or r in exercises] if exercises else []
+            rest = [r for r in requests if r["op"] in ("setup", "answer") or r in exercises] if exercises else []
             return ([(student, rest)] if rest else []) + work[index + 1:]
     return []
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from course.grading.config import Result
-from course.grading.grader import read_submission
 from course.grading.inside.answer_rules import MAX_ANSWER_CHARS, answer_problems, defined_names
 from course.grading.report import write_report
+from course.grading.submission import read_submission
 from course.grading.text import clean, shown
 
 

@@ -21,17 +21,11 @@ import pytest
 
 from course.assignments import exercises_dir, exercises_of, solutions_dir, student_version
 from course.grading.config import GradingConfig
-from course.grading.grader import (
-    SandboxRequired,
-    grade,
-    graded_notebook,
-    main,
-    read_submission,
-    score,
-)
+from course.grading.grader import SandboxRequired, grade, main
 from course.grading.judges import Run
 from course.grading.report import write_report
 from course.grading.sandbox import choose_sandbox
+from course.grading.submission import graded_notebook, read_submission, score
 from course.translate import zh_dir
 from tests.fixtures.submissions.hostile import HOSTILE, HOSTILE_POINTS
 from tests.fixtures.submissions.make_submissions import with_answers

@@ -22,8 +22,9 @@ from course.assignments import (
     student_version,
 )
 from course.grading.config import GradingConfig
-from course.grading.grader import grade_notebook, score
+from course.grading.grader import grade_notebook
 from course.grading.judges import Run
+from course.grading.submission import score
 from course.messages import (
     CHINESE,
     ENGLISH,
@@ -164,6 +165,7 @@ def test_every_score_message_of_the_grader_has_a_chinese_entry():
     messages = [score(exercise, Run(replies={"ex1": reply}), refused, set()) for reply, refused in runs]
     messages += [score(exercise, Run(fatal={"ex1": "timed out after 6 s"}), {}, set()),
                  score(exercise, Run(), {}, {"ex1"}),
+                 score(exercise, Run(), {}, set(), {"ex1": "not attempted (the answer cell is as handed out)"}),
                  score(exercise, Run(changes={"ex1": ["common/models.py"]}), {}, set()),
                  score(exercise, Run(), {"ex1": "line 1 calls code (`f()`): an answer cell may only hold "
                                                 "imports, def, class and constant assignments"}, set())]
@@ -174,8 +176,12 @@ def test_every_score_message_of_the_grader_has_a_chinese_entry():
 
 
 def _submission(tmp_path: Path, student: str, handed_out: Path) -> Path:
-    """The committed student version ``handed_out``, handed in untouched."""
+    """The committed student version ``handed_out``, handed in with the instructor's answers (an
+    answer cell left as handed out would not reach the judges)."""
     nb = nbformat.read(handed_out, as_version=4)
+    source = nbformat.read(SOURCES[0], as_version=4)
+    for exercise in exercises_of(source):
+        nb.cells[exercise.answer_cell].source = source.cells[exercise.answer_cell].source
     path = tmp_path / "subs" / student / EX01
     path.parent.mkdir(parents=True)
     nbformat.write(nb, path)

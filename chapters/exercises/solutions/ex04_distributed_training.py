@@ -164,7 +164,7 @@ def run_ddp(script: Path, out: Path, ranks: int = 2) -> str:
     assert done.returncode == 0, f"{script.name} failed:\n{done.stderr[-1500:]}"
     return done.stdout
 
-
+# %% tags=["demo"]
 print(run_ddp(WORK / "broken_ddp.py", WORK / "broken"))
 
 # %% [markdown]

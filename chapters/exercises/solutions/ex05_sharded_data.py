@@ -416,7 +416,7 @@ def run_reader(script: Path, ranks: int, workers: int) -> str:
     assert done.returncode == 0, f"{script.name} failed:\n{done.stderr[-1500:]}"
     return done.stdout
 
-
+# %% tags=["demo"]
 print(run_reader(WORK / "shard_reader.py", ranks=2, workers=2))
 
 # %% [markdown]

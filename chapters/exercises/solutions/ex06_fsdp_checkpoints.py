@@ -339,7 +339,7 @@ def one_process(steps: int) -> dict[str, torch.Tensor]:
         optimizer.step()
     return model.state_dict()
 
-
+# %% tags=["demo"]
 shutil.rmtree(WORK / "broken", ignore_errors=True)  # a fresh start
 first = run_fsdp(WORK / "resume_fsdp.py", WORK / "broken", 2)
 print(first.stdout)

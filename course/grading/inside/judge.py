@@ -3,7 +3,7 @@
 Started by the grader (``course.grading.judges``) as ``python -m course.grading.inside.judge
 LIMITS_JSON``, behind bubblewrap and ``setpriv``, in a fresh working copy. It speaks JSON
 lines on stdin/stdout: setup cells one at a time, then per exercise the student's answer
-cell. Before reading anything it forks a zygote (:class:`Zygote`), which forks a template
+cell (an answer left as handed out is only recorded, ``answer``, for the later exercises to see). Before reading anything it forks a zygote (:class:`Zygote`), which forks a template
 (:class:`Template`) per submission; the template runs the setup cells and never holds a check
 cell; per exercise the template forks the checker, which
 waits until the judge says ``place`` and the grader has put it into the exercise's cgroups
@@ -295,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
             break
         elif request["op"] == "setup":
             reply = {"op": "setup", "index": request["index"], "error": template.setup(request)}
+        elif request["op"] == "answer":  # as handed out: not checked, but later exercises see it
+            earlier.append((request["key"], request["answer"]))
+            reply = {"op": "answer", "key": request["key"]}
         elif request["op"] == "exercise":
             reply = _exercise({**request, "earlier": list(earlier)}, template, limits, (requests, replies),
                               reserve, keep=(zygote.pid,))
