@@ -39,7 +39,6 @@ import copy
 import os
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -48,6 +47,7 @@ from torch import nn
 from torch.utils.data import DistributedSampler
 
 from common import get_device, seed_everything
+from common.ddp.launch import launch_env, torchrun_command
 from course.assignments import checks
 
 seed_everything(0)
@@ -155,10 +155,9 @@ if __name__ == "__main__":
 # %%
 def run_ddp(script: Path, out: Path, ranks: int = 2) -> str:
     out.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-               str(script), "--out", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
+    command = torchrun_command(str(script), ["--out", str(out)], nproc_per_node=ranks)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=launch_env(threads=1),
+                          check=False)
     if "NotImplementedError" in done.stderr:
         raise NotImplementedError(f"{script.name} still raises NotImplementedError")
     assert done.returncode == 0, f"{script.name} failed:\n{done.stderr[-1500:]}"
