@@ -4,9 +4,9 @@
 # [Glossary / 术语表](../../../GLOSSARY.md)
 # ## What you will learn
 # - Splitting shards across ranks and DataLoader workers so that every shard is read exactly once.
-# - Writing tar shards in the WebDataset convention, byte for byte reproducibly.
+# - Writing tar shards in the WebDataset convention cut by a byte budget, byte for byte reproducibly.
 # - Reading shards safely: no path traversal, no links.
-# - A bounded shuffle buffer, and equal sample counts per rank so that DDP never waits forever.
+# - A shuffle buffer built to stated guarantees (bounded, exactly once, seeded), and equal sample counts per rank so that DDP never waits forever.
 # - Debugging a `torchrun` job that reads some samples twice, from the counts it prints.
 #
 # Seven exercises, 12 points, from warm-up to challenging (the last two start processes). They accompany the sharded-datasets chapter (05).
@@ -102,23 +102,45 @@ for world_size in (1, 2, 3):
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 2 — Writing shards · 2 points
-# Write `write_shards(samples, out_dir, *, samples_per_shard)` for `(key, jpeg_bytes, label)` samples
-# (create `out_dir` if it does not exist): shard `k` is `out_dir/shard-{k:05d}.tar`, holding, in
-# order, `<key>.jpg` (the bytes) and `<key>.cls` (the label as ASCII digits) for its samples. The same input must give byte-identical files, so set
-# every member's `mtime`, `uid`, `gid` to 0 and `mode` to `0o644`, and use the default `tarfile`
-# format. Return the shard paths in order.
+# ## Exercise 2 — Shards cut by a byte budget · 2 points
+# The chapter cuts shards by sample count, so when images differ in size, so do the shards; storage
+# and readers prefer shards of about equal bytes. Write `write_shards(samples, out_dir, *, max_bytes)`
+# for a list of `(key, jpeg_bytes, label)` samples that cuts shards by size instead:
+#
+# - **Which sample goes where.** Samples keep their order, and each one is in exactly one shard. A
+#   sample's size is `len(jpeg_bytes)` (labels and tar headers do not count). A shard takes samples
+#   while their sizes add up to at most `max_bytes`: it closes just before the sample that would push
+#   its total over `max_bytes`, and that sample starts the next shard. A sample larger than
+#   `max_bytes` is not refused: it gets a shard of its own. No shard is empty.
+# - **Files.** Shard `k` (from 0) is `out_dir/shard-{k:05d}.tar` (create `out_dir`, parents too, if it
+#   does not exist), holding for each of its samples, in order, `<key>.jpg` (the bytes) and then
+#   `<key>.cls` (the label as ASCII digits). The same input must give byte-identical files: every
+#   member has `mtime`, `uid` and `gid` 0 and `mode` `0o644`, in the default `tarfile` format.
+# - **Result.** The shard paths (`pathlib.Path`), in order; `[]` for no samples.
+# - **Errors.** A `max_bytes` below 1 raises `ValueError`, before anything is written.
 
 # %% nbgrader={"grade": false, "grade_id": "ex2-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
-def write_shards(samples, out_dir, *, samples_per_shard: int) -> list[Path]:
+def write_shards(samples, out_dir, *, max_bytes: int) -> list[Path]:
     ### BEGIN SOLUTION
+    if max_bytes < 1:
+        raise ValueError(f"max_bytes must be at least 1, got {max_bytes}")
+    groups, total = [], 0
+    for sample in samples:
+        size = len(sample[1])
+        if groups and total + size <= max_bytes:
+            groups[-1].append(sample)
+            total += size
+        else:  # the first sample, or one that would push the open shard over the budget
+            groups.append([sample])
+            total = size
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if groups:
+        out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for k, start in enumerate(range(0, len(samples), samples_per_shard)):
+    for k, group in enumerate(groups):
         path = out_dir / f"shard-{k:05d}.tar"
         with tarfile.open(path, "w") as tar:
-            for key, data, label in samples[start:start + samples_per_shard]:
+            for key, data, label in group:
                 for name, payload in ((f"{key}.jpg", data), (f"{key}.cls", str(label).encode())):
                     info = tarfile.TarInfo(name)
                     info.size, info.mtime, info.uid, info.gid, info.mode = len(payload), 0, 0, 0, 0o644
@@ -129,20 +151,48 @@ def write_shards(samples, out_dir, *, samples_per_shard: int) -> list[Path]:
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex2-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+def members(path):
+    """The (name, bytes) of every member of a shard, in order."""
+    with tarfile.open(path) as tar:
+        return [(member.name, tar.extractfile(member).read()) for member in tar.getmembers()]
+
+
+def keys_of(paths):
+    """The keys of every shard, shard by shard (from the .jpg members)."""
+    return [[name.removesuffix(".jpg") for name, _ in members(path) if name.endswith(".jpg")] for path in paths]
+
+
+# samples[i] has 10 + i bytes: samples 0-4 add up to 10 + 11 + 12 + 13 + 14 = 60 bytes
 with checks("Exercise 2"):
-    paths = write_shards(samples, workdir / "shards", samples_per_shard=10)
-    assert [p.name for p in paths] == ["shard-00000.tar", "shard-00001.tar", "shard-00002.tar"], paths
-    with tarfile.open(paths[0]) as tar:
-        names = tar.getnames()
-        assert names[:2] == ["img_00000.jpg", "img_00000.cls"] and len(names) == 20, names[:4]
-        assert tar.extractfile("img_00007.cls").read() == b"1", "the label as ASCII digits"
-        assert tar.extractfile("img_00007.jpg").read() == samples[7][1], "the image bytes"
+    paths = write_shards(samples, workdir / "by-bytes" / "shards", max_bytes=60)
+    assert [p.name for p in paths[:2]] == ["shard-00000.tar", "shard-00001.tar"], f"shard names: {paths[:2]}"
+    assert members(paths[0])[:2] == [("img_00000.jpg", samples[0][1]), ("img_00000.cls", b"0")], \
+        "a shard holds <key>.jpg (the bytes), then <key>.cls (the label as ASCII digits), per sample"
+    groups = keys_of(paths)
+    assert groups[0] == [f"img_{i:05d}" for i in range(5)], \
+        f"samples 0-4 are 60 bytes, exactly max_bytes=60: shard 0 holds all five, got {groups[0]}"
+    assert groups[1] == [f"img_{i:05d}" for i in range(5, 8)], \
+        f"shard 1 closes before img_00008, which would make it 66 bytes: got {groups[1]}"
 ### BEGIN HIDDEN TESTS
-again = write_shards(samples, workdir / "shards-again", samples_per_shard=10)
+assert [key for group in groups for key in group] == [key for key, _, _ in samples], \
+    "every sample exactly once, in order (is the last shard written?)"
+assert [len(group) for group in groups] == [5, 3, 3, 2, 2, 2, 2, 2, 1, 1], \
+    f"samples per shard with max_bytes=60: {[len(group) for group in groups]}"
+mixed = [(f"m{i}", b"x" * size, i) for i, size in enumerate([30, 5, 5, 30, 4, 4, 4])]
+assert keys_of(write_shards(mixed, workdir / "mixed", max_bytes=12)) == [["m0"], ["m1", "m2"], ["m3"], ["m4", "m5", "m6"]], \
+    "sizes 30, 5, 5, 30, 4, 4, 4 with max_bytes=12: each 30-byte sample gets a shard of its own, no shard is empty"
+again = write_shards(samples, workdir / "by-bytes-again", max_bytes=60)
 assert [p.read_bytes() for p in again] == [p.read_bytes() for p in paths], "output must be byte-identical"
-with tarfile.open(paths[2]) as tar:
-    assert len(tar.getnames()) == 6, "the last shard holds the 3 remaining samples"
-    assert all(m.mtime == 0 and m.uid == 0 and m.mode == 0o644 for m in tar.getmembers())
+with tarfile.open(paths[-1]) as tar:
+    assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 and m.mode == 0o644 for m in tar.getmembers()), \
+        "every member needs mtime, uid, gid 0 and mode 0o644"
+assert write_shards([], workdir / "no-samples", max_bytes=10) == [], "no samples give no shards"
+try:
+    write_shards(samples, workdir / "refused", max_bytes=0)
+except ValueError:
+    assert not list((workdir / "refused").glob("*.tar")), "max_bytes=0 must raise before writing a shard"
+else:
+    raise AssertionError("max_bytes=0 must raise ValueError")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -194,7 +244,9 @@ def refuses(path):
 
 
 with checks("Exercise 3"):
-    shard = write_shards(samples[:4], workdir / "small", samples_per_shard=4)[0]
+    shard = shard_with([(f"{key}.{ext}", payload) for key, data, label in samples[:4]
+                        for ext, payload in (("jpg", data), ("cls", str(label).encode()))],
+                       workdir / "small.tar")
     assert list(read_shard(shard)) == [(k, d, y) for k, d, y in samples[:4]], "samples differ"
     bad = shard_with([("../evil.jpg", b"x"), ("../evil.cls", b"0")], workdir / "traversal.tar")
     assert refuses(bad), "a member named ../evil.jpg must raise ValueError naming the shard"
@@ -205,17 +257,31 @@ assert refuses(shard_with([("dir/a.jpg", b"x")], workdir / "nested.tar")), "name
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 4 — A bounded shuffle buffer · 2 points
-# A stream cannot be shuffled as a whole. Write the generator
-# `shuffle_buffer(items, *, buffer_size, generator)`: fill a buffer with the first `buffer_size` items; then, for every further item, pick a
-# random position `j` in the buffer (`torch.randint(len(buffer), (1,), generator=generator)`), yield
-# the item there and put the new item in its place; at the end, yield what is left in the buffer in a
-# random order (`torch.randperm(..., generator=generator)`). Never hold more than `buffer_size` items,
-# and read the input lazily (do not turn it into a list).
+# ## Exercise 4 — A shuffle buffer with guarantees · 2 points
+# A stream cannot be shuffled as a whole, but it can be shuffled locally by holding a few items back.
+# Write the generator function `shuffle_buffer(items, *, buffer_size, generator)`: it yields the items
+# of the iterable `items` (possibly a one-pass iterator) in a shuffled order, with these guarantees. How
+# you meet them is up to you.
+#
+# 1. **Exactly once.** The output is a reordering of the input: every item once, the last ones too.
+#    The items still held when the input ends come out in a random order as well, so an input no
+#    longer than the buffer is shuffled as a whole.
+# 2. **Bounded and lazy.** `items` is read one item at a time, as needed: when the consumer receives
+#    its `n`-th item (`n` = 1, 2, ...), at most `n + buffer_size` items have been read from `items`.
+#    So at most `buffer_size` items wait inside, and no item comes out more than `buffer_size`
+#    positions before its input position (counting positions from 0, the item at input position `i`
+#    has output position `i - buffer_size` or later).
+# 3. **Seeded.** All randomness comes from `generator`, a `torch.Generator`: two generators seeded
+#    alike give the same order. Different seeds give different orders (the checks try ten seeds on
+#    30 items with `buffer_size=4` and expect ten different orders).
+# 4. **Errors.** A `buffer_size` below 1 raises `ValueError`, at the latest when the first item is
+#    asked for.
 
 # %% nbgrader={"grade": false, "grade_id": "ex4-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def shuffle_buffer(items, *, buffer_size: int, generator: torch.Generator):
     ### BEGIN SOLUTION
+    if buffer_size < 1:
+        raise ValueError(f"buffer_size must be at least 1, got {buffer_size}")
     buffer = []
     for item in items:
         if len(buffer) < buffer_size:
@@ -230,12 +296,22 @@ def shuffle_buffer(items, *, buffer_size: int, generator: torch.Generator):
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex4-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+def shuffled(n, *, buffer_size, seed):
+    """``range(n)`` through the buffer: each item is its own input position."""
+    return list(shuffle_buffer(range(n), buffer_size=buffer_size, generator=torch.Generator().manual_seed(seed)))
+
+
+def too_early(out, buffer_size):
+    """The items of ``out`` (positions of ``range(n)``) that came out more than buffer_size positions early."""
+    return [item for position, item in enumerate(out) if position < item - buffer_size]
+
+
 with checks("Exercise 4"):
-    out = list(shuffle_buffer(range(50), buffer_size=8, generator=torch.Generator().manual_seed(0)))
+    out = shuffled(50, buffer_size=8, seed=0)
     assert sorted(out) == list(range(50)), "every item exactly once"
-    assert out != list(range(50)), "the order should change"
-    again = list(shuffle_buffer(range(50), buffer_size=8, generator=torch.Generator().manual_seed(0)))
-    assert out == again, "the same seed must give the same order"
+    assert out == shuffled(50, buffer_size=8, seed=0), "the same seed must give the same order"
+    assert out != shuffled(50, buffer_size=8, seed=1), "seeds 0 and 1 should give different orders"
+    assert not too_early(out, 8), f"items {too_early(out, 8)} came out more than buffer_size=8 positions early"
 ### BEGIN HIDDEN TESTS
 class Counted:
     """An iterator that records how far ahead of the consumer it has been read."""
@@ -251,12 +327,28 @@ class Counted:
 
 source = Counted(100)
 stream = shuffle_buffer(source, buffer_size=5, generator=torch.Generator().manual_seed(1))
-for taken, _ in enumerate(stream, start=1):
-    assert source.read - taken <= 5, f"holding {source.read - taken} items, more than buffer_size=5"
-assert list(shuffle_buffer(range(6), buffer_size=1, generator=torch.Generator().manual_seed(2))) == \
-    list(range(6)), "a buffer of one cannot reorder anything"
-assert list(shuffle_buffer(range(3), buffer_size=10, generator=torch.Generator().manual_seed(3))) != [] and \
-    sorted(shuffle_buffer(range(3), buffer_size=10, generator=torch.Generator().manual_seed(3))) == [0, 1, 2]
+taken = []
+for item in stream:
+    taken.append(item)
+    assert source.read <= len(taken) + 5, \
+        f"{source.read} items read when the consumer received its item {len(taken)}: more than buffer_size=5 held"
+assert sorted(taken) == list(range(100)), "every item of a one-pass iterator exactly once"
+orders = {tuple(shuffled(30, buffer_size=4, seed=seed)) for seed in range(10)}
+assert len(orders) == 10, f"ten seeds gave only {len(orders)} different orders"
+short = [shuffled(6, buffer_size=10, seed=seed) for seed in range(10)]
+assert all(sorted(order) == list(range(6)) for order in short), "an input shorter than the buffer comes out whole"
+assert len({tuple(order) for order in short}) > 1, "an input shorter than the buffer is shuffled too"
+for size in (1, 2):
+    out = shuffled(40, buffer_size=size, seed=3)
+    assert sorted(out) == list(range(40)) and not too_early(out, size), \
+        f"buffer_size={size}: every item once, none more than {size} positions early"
+assert shuffled(0, buffer_size=3, seed=0) == [], "an empty input gives nothing"
+try:
+    shuffled(5, buffer_size=0, seed=0)
+except ValueError:
+    pass
+else:
+    raise AssertionError("buffer_size=0 must raise ValueError")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -508,9 +600,9 @@ assert read_counts(printed) == (48, 48, 0), f"1 rank with 3 workers (8 shards fo
 # %% [markdown]
 # ## Summary
 # - Consumers are (rank, worker) pairs; striding shards over them reads each shard exactly once.
-# - Deterministic tar shards: fixed member order and metadata give byte-identical files.
+# - Cutting shards by bytes keeps them even when samples differ in size; fixed member order and metadata give byte-identical files.
 # - Read untrusted shards member by member, refusing links and path tricks, extracting nothing.
-# - A shuffle buffer trades memory for randomness; its order depends only on the seed.
+# - A shuffle buffer trades memory for randomness: holding `k` items, nothing leaves more than `k` positions early; its order depends only on the seed.
 # - Equal per-rank sample counts (drop the excess) keep DDP's collectives in step.
 # - Under `spawn`, workers get the dataset pickled and import the rest: everything they need lives in a module.
 #
