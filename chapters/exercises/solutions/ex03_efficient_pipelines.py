@@ -3,11 +3,11 @@
 # **Guide sections:** beyond the guide (it breaks off in §2.3.1); builds on §2.1.2 数据管道在深度学习中的作用
 # [Glossary / 术语表](../../../GLOSSARY.md)
 # ## What you will learn
-# - Normalizing whole uint8 batches at once, with the same result as per-image `ToTensor` + `Normalize`.
+# - Standardizing a channels-last uint8 batch with per-channel statistics computed over the batch.
 # - Fixing an index that makes every DataLoader worker grow (copy-on-read of Python objects).
 # - Writing a random transform that is safe to send to spawned workers and random in each of them.
 # - Measuring how much of a training loop is spent waiting for data.
-# - Decoding and resizing once into a uint8 memory-mapped cache.
+# - Caching decoded images of different sizes in one file, found through an offset index.
 #
 # Five exercises, 10 points, from warm-up to challenging. They accompany the efficient-pipelines chapter (03).
 
@@ -45,11 +45,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.utils.data import Dataset
-from torchvision.transforms import v2
 
 from common import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     CustomImageDataset,
     SyntheticConfig,
     ensure_data,
@@ -66,36 +63,67 @@ data = ensure_data(workdir / "shapes", SyntheticConfig(seed=2, num_train=12, num
 print(f"device {device}; tiny data in a temporary folder ({data.root.parent.name})")
 
 # %% [markdown]
-# ## Exercise 1 — Normalize a whole batch · 1 point
-# Write `normalize_batch(images, mean, std)`: `images` is a uint8 tensor `(B, 3, H, W)`; return
-# float32 `(images / 255 - mean) / std` per channel, for all images at once (broadcasting), without
-# modifying `images`. It must match `ToDtype(float32, scale=True)` + `Normalize(mean, std)` per image.
+# ## Exercise 1 — Standardize a channels-last batch with its own statistics · 1 point
+# The chapter normalized channels-first crops with fixed ImageNet constants. Here the batch comes
+# channels-last, as decoders and memmap caches often store it, and the statistics come from the batch
+# itself. Write `standardize_batch(images)`: `images` is a uint8 tensor `(B, H, W, C)` (any `C`);
+# raise `ValueError` if it is not uint8 or not 4-D. Convert to float32 in [0, 1] (`/ 255`), compute
+# each channel's mean and standard deviation over all `B·H·W` values of that channel
+# (population std, `correction=0`), and return `(out, mean, std)`: `out` the float32 batch
+# `(x - mean) / max(std, 1e-6)` laid out channels-first `(B, C, H, W)` and contiguous, `mean` and
+# `std` float32 tensors of shape `(C,)` on the [0, 1] scale. Do not modify `images`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex1-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
-def normalize_batch(images: torch.Tensor, mean, std) -> torch.Tensor:
+def standardize_batch(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     ### BEGIN SOLUTION
-    mean = torch.as_tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-    std = torch.as_tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
-    return (images.to(torch.float32) / 255 - mean) / std
+    if images.dtype != torch.uint8 or images.dim() != 4:
+        raise ValueError(f"expected a 4-D uint8 batch (B, H, W, C), got {images.dtype} {tuple(images.shape)}")
+    x = images.to(torch.float32) / 255
+    mean = x.mean(dim=(0, 1, 2))
+    std = x.std(dim=(0, 1, 2), correction=0)
+    out = (x - mean) / std.clamp_min(1e-6)
+    return out.permute(0, 3, 1, 2).contiguous(), mean, std
     ### END SOLUTION
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex1-tests", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 with checks("Exercise 1"):
-    images = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
-    out = normalize_batch(images, IMAGENET_MEAN, IMAGENET_STD)
-    per_image = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
-    expected = torch.stack([per_image(image) for image in images])
-    assert out.shape == images.shape and out.dtype == torch.float32, f"got {out.dtype}, {tuple(out.shape)}"
-    assert torch.allclose(out, expected, atol=1e-5), "values differ from ToDtype + Normalize"
+    images = torch.randint(0, 256, (4, 6, 5, 3), dtype=torch.uint8)
+    out, mean, std = standardize_batch(images)
+    assert out.shape == (4, 3, 6, 5) and out.dtype == torch.float32, \
+        f"expected float32 (4, 3, 6, 5), got {out.dtype} {tuple(out.shape)}"
+    assert out.is_contiguous(), "return a contiguous channels-first batch"
+    assert mean.shape == (3,) and std.shape == (3,), f"mean and std have shape (C,), got {tuple(mean.shape)}"
+    assert out.mean(dim=(0, 2, 3)).abs().max() < 1e-4, "each channel of the result should have mean 0"
 ### BEGIN HIDDEN TESTS
-images = torch.randint(0, 256, (1, 3, 2, 5), dtype=torch.uint8)
+images = torch.zeros(2, 3, 4, 2, dtype=torch.uint8)
+images[0, ..., 0], images[1, ..., 0] = 0, 255  # channel 0: half the batch black, half white
+images[..., 1] = torch.arange(24, dtype=torch.uint8).view(2, 3, 4) * 10
 before = images.clone()
-out = normalize_batch(images, (0.5, 0.25, 0.0), (0.5, 0.5, 1.0))
+out, mean, std = standardize_batch(images)
 assert torch.equal(images, before), "do not modify the uint8 batch"
-expected = (images.float() / 255 - torch.tensor([0.5, 0.25, 0.0]).view(1, 3, 1, 1)) / \
-    torch.tensor([0.5, 0.5, 1.0]).view(1, 3, 1, 1)
-assert torch.allclose(out, expected, atol=1e-6), "wrong values for another mean/std"
+assert abs(mean[0].item() - 0.5) < 1e-6 and abs(std[0].item() - 0.5) < 1e-6, \
+    "statistics over the whole batch, on the [0, 1] scale, with correction=0"
+x = before.float() / 255
+reference_mean, reference_std = x.mean(dim=(0, 1, 2)), x.std(dim=(0, 1, 2), correction=0)
+assert mean.dtype == std.dtype == torch.float32, f"mean and std are float32, got {mean.dtype} {std.dtype}"
+assert torch.allclose(mean, reference_mean, atol=1e-6) and torch.allclose(std, reference_std, atol=1e-6), \
+    "statistics over the whole batch, on the [0, 1] scale, with correction=0"
+expected = ((x - reference_mean) / reference_std.clamp_min(1e-6)).permute(0, 3, 1, 2)
+assert torch.allclose(out, expected, atol=1e-5), \
+    "wrong values: per-channel statistics over B, H and W, then (B, H, W, C) -> (B, C, H, W)"
+single = torch.full((1, 2, 2, 1), 7, dtype=torch.uint8)
+flat, _, _ = standardize_batch(single)
+# rounding may leave (x - mean) a few ulp from 0, which the 1e-6 floor keeps far below 1
+assert flat.shape == (1, 1, 2, 2) and torch.isfinite(flat).all() and flat.abs().max() < 0.05, \
+    "a constant channel gives zeros (std clamped to 1e-6), not NaN"
+for bad in (torch.rand(1, 2, 2, 3), torch.zeros(2, 2, 3, dtype=torch.uint8)):
+    try:
+        standardize_batch(bad)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("raise ValueError for a batch that is not a 4-D uint8 tensor")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -280,53 +308,92 @@ assert data_wait_fraction(slow_loader(clock, 3, 0.0), step, clock=clock) == 0.0,
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 5 — Decode once: a uint8 memory-mapped cache · 3 points
-# Decoding JPEGs every epoch is often the slowest stage. Write `build_cache(dataset, path, *, size)`:
-# `dataset[i]` is `(PIL image, label)`; resize each image once with `image.resize((size, size))`,
-# write all of them into a raw `np.memmap` file at `path` of shape `(N, size, size, 3)` and dtype
-# uint8 (no header), then return `(cache, labels)`: the cache reopened read-only (`mode="r"`) and
-# the labels as an int64 NumPy array.
+# ## Exercise 5 — A cache for images of different sizes: one file and an offset index · 3 points
+# The chapter's cache resized every image to one shape, so row `i` sat at a fixed place. Keep each
+# image at its own size instead, and find it through an index. Write two functions.
+# `build_ragged_cache(dataset, path)`: `dataset[i]` is `(PIL image, label)`; write each image's
+# `np.asarray(image.convert("RGB"))` (uint8, `(H, W, 3)`), one after the other in order, as raw bytes
+# into the file `path` (no header, nothing else in it), and return `(offsets, shapes, labels)`, all
+# int64 NumPy arrays: `offsets` of length `N + 1`, where image `i` occupies bytes
+# `offsets[i]:offsets[i + 1]` (so `offsets[0] == 0` and `offsets[-1]` is the file size), `shapes`
+# of shape `(N, 3)` holding each `(H, W, 3)`, and `labels` of length `N`.
+# `read_image(path, offsets, shapes, i)`: return image `i` as a read-only uint8 array `(H, W, 3)`
+# read through `np.memmap(path, mode="r", ...)` (not a copy of the whole file), using the
+# `offsets` and `shapes` it is given; raise `IndexError` unless `0 <= i < len(shapes)`.
 
 # %% nbgrader={"grade": false, "grade_id": "ex5-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
-def build_cache(dataset, path, *, size: int) -> tuple[np.ndarray, np.ndarray]:
+def build_ragged_cache(dataset, path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ### BEGIN SOLUTION
-    shape = (len(dataset), size, size, 3)
-    cache = np.memmap(path, dtype=np.uint8, mode="w+", shape=shape)
-    labels = np.empty(len(dataset), dtype=np.int64)
-    for index in range(len(dataset)):
-        image, label = dataset[index]
-        cache[index] = np.asarray(image.convert("RGB").resize((size, size)))
-        labels[index] = label
-    cache.flush()
-    del cache
-    return np.memmap(path, dtype=np.uint8, mode="r", shape=shape), labels
+    offsets = np.zeros(len(dataset) + 1, dtype=np.int64)
+    shapes = np.zeros((len(dataset), 3), dtype=np.int64)
+    labels = np.zeros(len(dataset), dtype=np.int64)
+    with open(path, "wb") as file:
+        for index in range(len(dataset)):
+            image, label = dataset[index]
+            pixels = np.ascontiguousarray(np.asarray(image.convert("RGB")), dtype=np.uint8)
+            file.write(pixels.tobytes())
+            shapes[index] = pixels.shape
+            offsets[index + 1] = offsets[index] + pixels.nbytes
+            labels[index] = label
+    return offsets, shapes, labels
+    ### END SOLUTION
+
+
+def read_image(path, offsets, shapes, i: int) -> np.ndarray:
+    ### BEGIN SOLUTION
+    if not 0 <= i < len(shapes):
+        raise IndexError(f"image {i} is not in a cache of {len(shapes)}")
+    shape = tuple(int(n) for n in shapes[i])
+    return np.memmap(path, dtype=np.uint8, mode="r", offset=int(offsets[i]), shape=shape)
     ### END SOLUTION
 
 
 # %% nbgrader={"grade": true, "grade_id": "ex5-tests", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 with checks("Exercise 5"):
     ds = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"))
-    cache, labels = build_cache(ds, workdir / "train_16.u8", size=16)
-    assert cache.shape == (len(ds), 16, 16, 3) and cache.dtype == np.uint8, f"got {cache.shape} {cache.dtype}"
-    assert np.array_equal(cache[3], np.asarray(ds[3][0].resize((16, 16)))), "image 3 differs from PIL's resize"
-    assert labels.dtype == np.int64 and labels.tolist() == ds.labels.tolist(), "labels differ"
+    offsets, shapes, labels = build_ragged_cache(ds, workdir / "train.ragged")
+    assert offsets.dtype == shapes.dtype == labels.dtype == np.int64, "return int64 arrays"
+    assert offsets.shape == (len(ds) + 1,) and offsets[0] == 0, \
+        f"offsets has N + 1 entries starting at 0, got shape {offsets.shape}"
+    image = read_image(workdir / "train.ragged", offsets, shapes, 0)
+    assert np.array_equal(image, np.asarray(ds[0][0].convert("RGB"))), "image 0 differs from the dataset's"
+    assert labels.tolist() == ds.labels.tolist(), "labels differ"
 ### BEGIN HIDDEN TESTS
-cache, labels = build_cache(ds, workdir / "train_16.u8", size=16)
-assert (workdir / "train_16.u8").stat().st_size == len(ds) * 16 * 16 * 3, "a raw file, no header"
-assert not cache.flags.writeable, "return the cache opened read-only (mode='r')"
-reopened = np.memmap(workdir / "train_16.u8", dtype=np.uint8, mode="r", shape=cache.shape)
-for i in range(len(ds)):
-    assert np.array_equal(reopened[i], np.asarray(ds[i][0].resize((16, 16)))), f"image {i} on disk differs"
+path = workdir / "train.ragged"
+offsets, shapes, labels = build_ragged_cache(ds, path)
+originals = [np.asarray(ds[i][0].convert("RGB")) for i in range(len(ds))]
+assert path.stat().st_size == sum(a.nbytes for a in originals) == offsets[-1], \
+    "the file holds the images' bytes and nothing else, and offsets[-1] is its size"
+assert shapes.tolist() == [list(a.shape) for a in originals], "shapes holds (H, W, 3) per image, in order"
+for i, original in enumerate(originals):
+    got = read_image(path, offsets, shapes, i)
+    assert got.dtype == np.uint8 and np.array_equal(got, original), f"image {i} differs: read its bytes from offsets[i], shaped shapes[i]"
+assert not read_image(path, offsets, shapes, 4).flags.writeable, "open the file read-only (mode='r')"
+for bad in (-1, len(ds)):
+    try:
+        read_image(path, offsets, shapes, bad)
+    except IndexError:
+        pass
+    else:
+        raise AssertionError(f"read_image(..., {bad}) must raise IndexError")
+# read_image reads only the path and the index it is given: another file, of images the dataset does not hold
+other = workdir / "other.ragged"
+pieces = [np.arange(2 * 5 * 3, dtype=np.uint8).reshape(2, 5, 3), np.full((4, 1, 3), 9, dtype=np.uint8)]
+other.write_bytes(b"".join(p.tobytes() for p in pieces))
+index, sizes = np.array([0, 30, 42], dtype=np.int64), np.array([[2, 5, 3], [4, 1, 3]], dtype=np.int64)
+assert np.array_equal(read_image(other, index, sizes, 1), pieces[1]), \
+    "read image i at offsets[i] with shape shapes[i], from the file at path"
 ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Summary
-# - Normalize uint8 batches in one broadcast operation, after the cheap uint8 steps.
+# - Batch statistics: per channel over B, H and W (`correction=0`), then channels-last -> channels-first.
 # - Keep a dataset's index in NumPy arrays, not Python lists, so workers do not grow.
 # - Transforms for workers: small picklable classes whose randomness comes from `torch`'s generator.
 # - Data-wait fraction = time blocked in `next(loader)` / total time; measure it before tuning.
-# - Decode and resize once into a uint8 memmap; augment cheaply from there every epoch.
+# - Images of different sizes share one raw file: an offset index (N + 1 entries) and shapes find each one.
 #
 # ## Exercises
-# Further practice, not graded: wrap the cache in a `Dataset` that applies `v2` augmentations to uint8
-# tensors, and measure its images/s against `CustomImageDataset` with `num_workers=0`.
+# Further practice, not graded: wrap the ragged cache in a `Dataset` that crops each image to a fixed
+# size with `v2.RandomCrop` on uint8 tensors, and measure its images/s against `CustomImageDataset` with
+# `num_workers=0`.
