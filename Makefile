@@ -21,7 +21,7 @@ LAB_ARGS ?= $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 # student versions in chapters/exercises/ are generated from these by `make assignments`).
 NOTEBOOKS := $(sort $(wildcard chapters/*.ipynb)) $(sort $(wildcard chapters/exercises/solutions/*.ipynb))
 # `make test` runs each notebook once, by its strongest check: the exercise notebooks are graded
-# (instructor solutions to full marks, student versions top to bottom: tests/system/test_grading.py,
+# (instructor solutions to full marks, student versions top to bottom: tests/system/test_grading_classroom.py,
 # test_assignments_processes.py), the chapters that tests/system/test_installed.py runs from the
 # installed wheel run there, every other chapter runs under nbval.
 WHEEL_CHAPTERS := chapters/01_pytorch_basics.ipynb chapters/02_1_dataset_dataloader.ipynb \

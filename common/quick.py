@@ -9,9 +9,9 @@ other check holds in both.
 
 Nothing else changes under the variable: the same functions, the same code paths, the same data,
 but for one thing: ``common.ddp.launch.torchrun_command`` adds torchrun's own ``--start-method=fork
---run-path FILE``, so that torchrun's agent forks its workers from the interpreter that imported torch
-instead of starting a Python per worker (the same agent, rendezvous and restarts; half the CPU seconds
-of a tiny launch). A learner's run, and the stored outputs, start every worker fresh.
+--run-path FILE`` and starts the agent as ``common.ddp.agent``, so that torchrun's agent imports torch,
+torchvision and pandas once and forks its workers from itself instead of starting a Python per worker
+(the same agent, rendezvous and restarts; a third of the CPU seconds of a tiny launch). A learner's run, and the stored outputs, start every worker fresh.
 """
 
 from __future__ import annotations

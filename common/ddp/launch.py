@@ -34,15 +34,17 @@ def torchrun_command(module: str, args: Sequence[str] = (), *, nproc_per_node: i
     rendezvous at ``rdzv_endpoint`` that ``nnodes`` agents join.
 
     ``fork_workers`` adds two flags of torchrun's own, ``--start-method=fork --run-path FILE``
-    (``FILE``: the module's file): the agent forks its workers, and each runs the module's file in
-    the interpreter that has imported torch already, instead of starting a Python of its own. The
+    (``FILE``: the module's file), and starts the agent as ``common.ddp.agent``: the agent imports
+    torchvision and pandas, then forks its workers, and each runs the module's file in the
+    interpreter that has imported them already, instead of starting a Python of its own. The
     agent, the rendezvous, the restarts and the workers' variables are torchrun's either way; a
-    tiny run costs half the CPU seconds. ``None`` (the default) turns it on only under ``make test``
+    tiny run costs a third of the CPU seconds. ``None`` (the default) turns it on only under ``make test``
     (``common.quick.is_quick_run``); a learner's run starts every worker fresh, as a real job does.
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}"]
+    fork = is_quick_run() if fork_workers is None else fork_workers
+    command = [*agent_command(fork), f"--nproc-per-node={nproc_per_node}"]
     if nnodes == 1 and rdzv_endpoint is None:
         command.append("--standalone")
     else:
@@ -52,7 +54,15 @@ def torchrun_command(module: str, args: Sequence[str] = (), *, nproc_per_node: i
                     f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}"]
     if max_restarts:
         command.append(f"--max-restarts={max_restarts}")
-    return command + worker_entry(module, args, fork_workers=fork_workers)
+    return command + worker_entry(module, args, fork_workers=fork)
+
+
+def agent_command(fork_workers: bool) -> list[str]:
+    """The start of a torchrun command line: ``python -m torch.distributed.run`` (what the
+    ``torchrun`` script runs) with this interpreter; to fork the workers, ``python -m
+    common.ddp.agent``, torchrun's agent with the libraries the workers import loaded first, so
+    that each forked worker starts with them (``common/ddp/agent.py``)."""
+    return [sys.executable, "-m", "common.ddp.agent" if fork_workers else "torch.distributed.run"]
 
 
 def worker_entry(target: str, args: Sequence[str] = (), *, fork_workers: bool | None = None) -> list[str]:

@@ -25,7 +25,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +33,10 @@ from pathlib import Path
 import psutil
 
 from common.cli import flag_name
-from common.ddp.launch import launch_env, worker_entry
+from common.ddp.launch import agent_command, launch_env, worker_entry
 from common.ddp.process_group import gather_objects
 from common.device import RANKS_PER_HOST_ENV
+from common.quick import is_quick_run
 
 
 def settings_disagreement(members: Sequence[Mapping], *, may_differ: Collection[str]) -> str:
@@ -105,10 +105,11 @@ def elastic_command(module: str, args: Sequence[str] = (), *, endpoint: str, min
                        ("is_host", None if is_host is None else int(is_host))):
         if value is not None:
             conf += f",{key}={value}"
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}",
+    fork = is_quick_run() if fork_workers is None else fork_workers
+    return [*agent_command(fork), f"--nproc-per-node={nproc_per_node}",
             f"--nnodes={min_nodes}:{max_nodes}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", f"--rdzv-conf={conf}",
-            f"--max-restarts={max_restarts}", *worker_entry(module, args, fork_workers=fork_workers)]
+            f"--max-restarts={max_restarts}", *worker_entry(module, args, fork_workers=fork)]
 
 
 def agents_env(commands: Sequence[Sequence[str]]) -> dict[str, str]:

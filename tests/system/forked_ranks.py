@@ -21,6 +21,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 
+from common.ddp.agent import preload
 from common.ddp.launch import free_port, torchrun_command
 
 #: Seconds the other ranks get to stop on their own after one failed, and after SIGTERM.
@@ -84,7 +85,9 @@ def _stop(pids: set[int]) -> None:
 
 
 def run(module: str, nproc: int, args: list[str]) -> int:
-    """Fork ``nproc`` ranks of ``module.main(args)``; the first nonzero status, else 0."""
+    """Fork ``nproc`` ranks of ``module.main(args)``; the first nonzero status, else 0. The ranks
+    start with what torchrun's forking agent preloads (``common.ddp.agent``) imported already."""
+    preload()
     entry = importlib.import_module(module).main
     port = free_port()
     sys.stdout.flush()

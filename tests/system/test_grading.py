@@ -172,7 +172,12 @@ def graded(tmp_path_factory):
     """Grade every prepared submission once, eve and the attackers twice; one report from both graders.
 
     Under pytest-xdist the workers share one grading run (the first to get the lock grades).
+    Untrusted submissions are graded in the sandbox only: where bubblewrap does not work, every
+    test of this fixture is skipped (``make system-deps`` installs it; CI runs that first).
     """
+    if not BWRAP:
+        pytest.skip("bubblewrap does not work here (make system-deps): the hostile submissions are "
+                    "graded in the sandbox only")
     shared = tmp_path_factory.getbasetemp()
     shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
     with open(shared / "grading.lock", "w") as lock:
@@ -276,8 +281,6 @@ def test_feedback_shows_each_checks_name_points_and_message_not_the_hidden_check
 
 @pytest.mark.slow
 def test_attackers_gain_nothing_and_an_honest_student_after_them_gets_full_marks(graded):
-    if not BWRAP:
-        pytest.skip("bubblewrap does not work here: the sandboxed grader ran unsandboxed")
     totals = _totals(graded["results"])
     assert {k: totals[k] for k in HOSTILE} == HOSTILE_POINTS, [r for r in graded["results"] if r.points]
     assert totals["h5_symlink"] == totals["h6_hardlink"] == 0
@@ -375,8 +378,6 @@ def test_resource_limits_say_which_limit_was_hit(graded):
 
 @pytest.mark.slow
 def test_the_sandbox_hides_the_sources_and_the_network_and_bounds_processes(graded):
-    if not BWRAP:
-        pytest.skip("bubblewrap does not work here (apt-get install bubblewrap)")
     results = graded["results"]
     assert _row(results, "h2_in_calls", "ex3").points == 0, "solutions were readable in the sandbox"
     assert graded["connections"] == [], "a socket reached the host's 127.0.0.1"
@@ -418,83 +419,6 @@ def test_only_answer_cells_come_from_the_submission():
     assert nb.cells[first.answer_cell].source == "def standardize(x):\n    return x"
     assert missing == {exercises[1].key}
     assert all(c.get("outputs", []) == [] for c in nb.cells if c.cell_type == "code")
-
-
-#: ex03 Exercise 2, passed by the old checks: its instance holds only the two arrays (what
-#: ``vars(ds)`` shows), but it serves the samples from a list kept on the class.
-_KEEPS_THE_LIST = '''class CompactDataset(Dataset):
-    kept = {}
-
-    def __init__(self, samples) -> None:
-        CompactDataset.kept["samples"] = list(samples)
-        self.paths = np.array([str(path) for path, _ in samples], dtype=np.str_)
-        self.labels = np.array([label for _, label in samples], dtype=np.int64)
-
-    def __len__(self) -> int:
-        return len(CompactDataset.kept["samples"])
-
-    def __getitem__(self, index: int):
-        return CompactDataset.kept["samples"][index]'''
-
-
-
-
-#: Seconds for the classroom run (the first of its tests pays for it): every exercise notebook of
-#: three students graded, torchrun jobs of ex04-ex06 included; `make test`'s 300 s is too short
-#: when the other worker runs the heaviest tests beside it.
-CLASSROOM_TIMEOUT = 900
-
-
-@pytest.fixture(scope="module")
-def classroom(tmp_path_factory):
-    """Every exercise notebook handed in by three students, graded in one run (each notebook's
-    submissions share a judge): the instructor (the solutions), "blank" (the student versions,
-    untouched) and "lister" (ex03 only, its Exercise 2 answered with ``_KEEPS_THE_LIST``)."""
-    root = tmp_path_factory.mktemp("classroom")
-    sources = sorted(solutions_dir().glob("ex*.ipynb"))
-    for student in ("instructor", "blank", "lister"):
-        (root / "subs" / student).mkdir(parents=True)
-    for source in sources:
-        shutil.copy(source, root / "subs" / "instructor" / source.name)
-        shutil.copy(exercises_dir() / source.name, root / "subs" / "blank" / source.name)  # as committed
-    name = "ex03_efficient_pipelines.ipynb"
-    source = nbformat.read(solutions_dir() / name, as_version=4)
-    answers = {e.key: None for e in exercises_of(source)} | {"ex2": _KEEPS_THE_LIST}
-    nbformat.write(with_answers(source, answers, {}), root / "subs" / "lister" / name)
-    config = GradingConfig(root / "subs", root / "out", repo=REPO, cell_timeout=150)
-    results, _ = grade(config)
-    return sources, results
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(CLASSROOM_TIMEOUT)
-def test_the_instructor_solutions_score_full_marks_in_every_notebook(classroom):
-    """Every check of every exercise notebook works through the answer/checker channel."""
-    sources, results = classroom
-    mine = [r for r in results if r.student == "instructor"]
-    assert len({r.exercise.split("/")[0] for r in mine}) == len(sources) == 6
-    assert [r for r in mine if r.points != r.max_points] == []
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(CLASSROOM_TIMEOUT)
-def test_the_student_versions_score_zero_as_not_attempted(classroom):
-    sources, results = classroom
-    blank = [r for r in results if r.student == "blank"]
-    assert len(blank) == len([r for r in results if r.student == "instructor"]), "every exercise has a row"
-    assert [r for r in blank if r.points or "not attempted" not in r.message] == []
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(CLASSROOM_TIMEOUT)
-def test_a_dataset_that_serves_a_kept_list_fails_the_compact_index_exercise(classroom):
-    """Issue 29: ex03 Exercise 2 is checked by what its arrays mean, not by what vars() shows."""
-    _, results = classroom
-    rows = {r.exercise.rsplit("/", 1)[1]: r for r in results if r.student == "lister"}
-    assert rows["ex2"].points == 0 and "must be the length of self.labels" in rows["ex2"].message, rows["ex2"]
-    assert all(r.points == r.max_points for k, r in rows.items() if k != "ex2"), rows
-    assert len(rows) == len(exercises_of(nbformat.read(solutions_dir() / "ex03_efficient_pipelines.ipynb",
-                                                       as_version=4))), "lister handed in ex03 only"
 
 
 def _empty_submissions(tmp_path: Path) -> Path:

@@ -91,7 +91,7 @@ def test_torchrun_command_forms():
 
 def test_forked_workers_are_torchruns_own_flags_and_only_the_default_under_make_test(monkeypatch):
     forked = torchrun_command("common.ddp.train", ["--a", "1"], max_restarts=1, fork_workers=True)
-    assert forked[1:6] == ["-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone", "--max-restarts=1"]
+    assert forked[1:6] == ["-m", "common.ddp.agent", "--nproc-per-node=2", "--standalone", "--max-restarts=1"]
     assert forked[6:8] == ["--start-method=fork", "--run-path"] and forked[-2:] == ["--a", "1"]
     assert Path(forked[8]).is_absolute() and forked[8].endswith(str(Path("common", "ddp", "train.py")))
     for quick, form in (("1", "--run-path"), ("0", "-m"), ("", "-m")):
@@ -138,3 +138,17 @@ def test_allreduce_seconds_times_every_size_each_round_without_a_group():
 
 def test_the_cost_line_reports_the_fastest_call_of_each_size():
     assert fastest_ms({256: [0.003, 0.001, 0.002], 4096: [0.0025]}) == "256:1.000 4096:2.500"
+
+
+def test_the_forking_agent_imports_the_workers_libraries_then_runs_torchrun_on_the_same_args(monkeypatch):
+    import torch.distributed.run as torchrun
+
+    from common.ddp import agent
+
+    calls = []
+    monkeypatch.setattr(agent.importlib, "import_module", lambda name: calls.append(("import", name)))
+    monkeypatch.setattr(torchrun, "main", lambda args=None: calls.append(("torchrun", args)))
+    agent.main(("--standalone", "--start-method=fork", "--run-path", "train.py", "--tiny"))
+    assert calls == [*(("import", name) for name in agent.PRELOAD),
+                     ("torchrun", ["--standalone", "--start-method=fork", "--run-path", "train.py", "--tiny"])]
+    assert "torchvision.transforms.v2" in agent.PRELOAD and "pandas" in agent.PRELOAD

@@ -36,5 +36,5 @@ def test_make_test_runs_every_notebook_once_by_its_strongest_check():
     assert run.startswith("COMPANION_QUICK=1 "), "make test runs the chapters at their tiny sizes"
     nbval = " ".join(_make_list("NBVAL_NOTEBOOKS"))
     assert "exercises" not in nbval and "$(WHEEL_CHAPTERS)" in nbval
-    grading = (REPO / "tests" / "system" / "test_grading.py").read_text()
+    grading = (REPO / "tests" / "system" / "test_grading_classroom.py").read_text()
     assert 'solutions_dir().glob("ex*.ipynb")' in grading, "every exercise notebook is graded"
