@@ -7,9 +7,11 @@
 # - What DDP's all-reduce does to gradients, simulated in one process.
 # - Snapshots that are written atomically and resume a run exactly.
 # - Gradient accumulation that equals the full-batch step, even with an uneven last micro-batch.
+# - Debugging a device choice from bug reports of machines you do not have (the device plan, simulated).
 #
-# Five exercises, 10 points, from warm-up to challenging. They accompany the DDP chapter (04). Everything
-# here runs in this one process: the functions are the pieces a `torchrun` script is made of.
+# Six exercises, 12 points, from warm-up to challenging. They accompany the DDP chapter (04). Exercise 2
+# runs a script on 2 processes with `torchrun`; the rest runs in this one process: the functions are the
+# pieces a `torchrun` script is made of.
 
 # %% [markdown]
 # ## How these exercises work
@@ -459,11 +461,124 @@ assert compare_with_full_batch(5, 1), "five micro-batches of one must give the f
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# ## Exercise 6 — Debug a device choice from four bug reports · 2 points
+# A learner's training script picks its device with the function below. It worked on their workstation
+# with 2 GPUs (`torchrun --standalone --nproc_per_node=2 train.py`). Then four reports came in:
+#
+# 1. Two such workstations, `torchrun --nnodes=2 --nproc_per_node=2 ...`: ranks 2 and 3 stop at start with
+#    `CUDA error: invalid device ordinal`.
+# 2. A Colab notebook with one GPU, `torchrun --standalone --nproc_per_node=2 train.py`: NCCL stops the
+#    job with `Duplicate GPU detected : rank 1 and rank 0 both on CUDA device ...`.
+# 3. A Mac, `torchrun --standalone --nproc_per_node=2 train.py`: DDP's first broadcast of the weights
+#    fails with `No backend type associated with device type mps`.
+# 4. The same script started as `python train.py` for a quick try: `KeyError: 'RANK'`.
+#
+# `env` holds the variables the process sees (`os.environ`; torchrun sets `RANK`, `LOCAL_RANK`,
+# `WORLD_SIZE` and `LOCAL_WORLD_SIZE`, all strings); `cuda_count` and `mps` are what the machine has.
+
+# %%
+def buggy_pick_device(env: dict[str, str], *, cuda_count: int, mps: bool) -> tuple[str, str]:
+    """(device, backend) of the rank that ``env`` describes."""
+    rank = int(env["RANK"])
+    if cuda_count > 0:
+        return f"cuda:{rank}", "nccl"
+    if mps:
+        return "mps", "gloo"
+    return "cpu", "gloo"
+
+
+print(buggy_pick_device({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"},
+                        cuda_count=2, mps=False), "on the 2-GPU workstation, rank 1")
+
+# %% [markdown]
+# Write `pick_device(env, *, cuda_count, mps)`, a fixed version with the same arguments and results (two
+# strings: the device, `"cuda:N"`, `"mps"` or `"cpu"`, and the backend, `"nccl"` or `"gloo"`). What it
+# must do, on every machine: where the machine has a GPU for each of the ranks started on it, each of
+# them gets a GPU of its own with NCCL, as on the workstation; otherwise all the ranks of the job compute
+# on the CPU with gloo; a process that is not part of a job keeps the best device it has (a GPU, else
+# MPS, else the CPU). Read only `env` and the two counts (the checks describe machines that are not this
+# one), and leave `env` as it is. Chapter 4.1's device plan shows every tool it takes; the hidden checks
+# try it on more machines than the four.
+
+# %% nbgrader={"grade": false, "grade_id": "ex6-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def pick_device(env: dict[str, str], *, cuda_count: int, mps: bool) -> tuple[str, str]:
+    ### BEGIN SOLUTION
+    if "RANK" not in env:  # plain python: a process alone, in no process group
+        if cuda_count > 0:
+            return "cuda:0", "nccl"
+        return ("mps", "gloo") if mps else ("cpu", "gloo")
+    local_rank, ranks_here = int(env["LOCAL_RANK"]), int(env["LOCAL_WORLD_SIZE"])
+    if cuda_count >= ranks_here:  # one GPU per rank on this machine: the slot is the local rank
+        return f"cuda:{local_rank}", "nccl"
+    return "cpu", "gloo"  # too few GPUs for NCCL, or a Mac: gloo runs no collectives on MPS tensors
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex6-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+def job_env(rank: int, *, nodes: int, per_node: int) -> dict[str, str]:
+    """What torchrun gives global rank ``rank`` of ``nodes`` machines x ``per_node`` ranks."""
+    return {"RANK": str(rank), "LOCAL_RANK": str(rank % per_node), "WORLD_SIZE": str(nodes * per_node),
+            "LOCAL_WORLD_SIZE": str(per_node)}
+
+
+def job(*, nodes: int, per_node: int, cuda_count: int, mps: bool = False) -> list[tuple[str, str]]:
+    return [tuple(pick_device(job_env(r, nodes=nodes, per_node=per_node), cuda_count=cuda_count, mps=mps))
+            for r in range(nodes * per_node)]
+
+
+with checks("Exercise 6"):
+    workstation = job(nodes=1, per_node=2, cuda_count=2)
+    assert workstation == [("cuda:0", "nccl"), ("cuda:1", "nccl")], f"the workstation gets {workstation}"
+    two = job(nodes=2, per_node=2, cuda_count=2)
+    assert [d for d, _ in two] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"], f"report 1: two workstations get {two}"
+    colab = job(nodes=1, per_node=2, cuda_count=1)
+    assert colab == [("cpu", "gloo")] * 2, f"report 2: 2 ranks on 1 GPU get {colab}"
+    mac = job(nodes=1, per_node=2, cuda_count=0, mps=True)
+    assert mac == [("cpu", "gloo")] * 2, f"report 3: 2 ranks on a Mac get {mac}"
+    alone = tuple(pick_device({}, cuda_count=0, mps=False))
+    assert alone == ("cpu", "gloo"), f"report 4: plain python on a machine without GPU gets {alone}"
+### BEGIN HIDDEN TESTS
+from common.device import plan_device  # noqa: E402 - the chapter's device plan: the reference
+
+
+def planned(env: dict[str, str], cuda_count: int, mps: bool) -> tuple[str, str]:
+    world = int(env.get("WORLD_SIZE", "1"))
+    plan = plan_device(rank=int(env.get("RANK", "0")), local_rank=int(env.get("LOCAL_RANK", "0")),
+                       local_world_size=int(env.get("LOCAL_WORLD_SIZE", str(world))), world_size=world,
+                       cuda_count=cuda_count, mps=mps, forced=None, in_group="RANK" in env)
+    return str(plan.device), plan.backend
+
+
+assert tuple(pick_device({}, cuda_count=1, mps=False)) == ("cuda:0", "nccl"), \
+    "plain python on a machine with a GPU keeps the GPU"
+assert tuple(pick_device({}, cuda_count=0, mps=True)) == ("mps", "gloo"), "plain python on a Mac keeps MPS"
+one_rank_mac = tuple(pick_device(job_env(0, nodes=1, per_node=1), cuda_count=0, mps=True))
+assert one_rank_mac == ("cpu", "gloo"), \
+    f"torchrun --nproc_per_node=1 on a Mac joins a gloo group, which needs CPU tensors: got {one_rank_mac}"
+assert job(nodes=1, per_node=2, cuda_count=4) == [("cuda:0", "nccl"), ("cuda:1", "nccl")], \
+    "more GPUs than ranks: each rank still gets its own GPU"
+mixed = job(nodes=1, per_node=4, cuda_count=3)
+assert mixed == [("cpu", "gloo")] * 4, f"3 GPUs for 4 ranks: the whole job on the CPU (one backend), got {mixed}"
+for nodes in (1, 2, 3):
+    for per_node in (1, 2, 3):
+        for cuda_count, mps in ((0, False), (0, True), (1, False), (2, False), (3, False), (8, False)):
+            for rank in range(nodes * per_node):
+                env = job_env(rank, nodes=nodes, per_node=per_node)
+                before = dict(env)
+                got = tuple(pick_device(env, cuda_count=cuda_count, mps=mps))
+                want = planned(env, cuda_count, mps)
+                assert env == before, "leave env as it is"
+                assert got == want, (f"rank {rank} of {nodes} machine(s) x {per_node} rank(s), {cuda_count} GPU(s)"
+                                     f"{', MPS' if mps else ''}: got {got}, expected {want}")
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Summary
 # - `DistributedSampler` pads to equal shares; `set_epoch(epoch)` gives each epoch a new order.
 # - DDP's all-reduce turns per-rank gradients into their mean: the same as one big batch.
 # - Atomic snapshots: temporary file in the same folder, `fsync`, `os.replace`; restore the optimizer too.
 # - Accumulation weights each micro-batch by its share of the samples.
+# - A rank's GPU is its `LOCAL_RANK` on a machine with a GPU per local rank; otherwise the whole job uses the CPU and gloo.
 #
 # ## Exercises
 # Further practice, not graded: put these pieces into a `torchrun` script with two CPU processes
