@@ -482,6 +482,7 @@ print(f"loader: {best} is the fastest ({loader_table['median images/s'].max():.0
 # 5. Kill an FSDP run of your data in the middle of an epoch and resume it on a different number of
 #    processes. How many steps were done twice, and how would you choose `--checkpoint-every` for a run of
 #    a day?
+# 6. The graded exercises: [`exercises/ex07_your_data.ipynb`](exercises/ex07_your_data.ipynb).
 
 # %% [markdown]
 # ## Recall questions

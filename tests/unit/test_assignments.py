@@ -37,7 +37,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SOURCES = instructor_sources()
 #: The learner's folders of both editions, each with its instructor sources in solutions/.
 LEARNER_FOLDERS = (exercises_dir(), zh_dir() / "exercises")
-CHAPTERS = ("ex01_", "ex02_", "ex03_", "ex04_", "ex05_", "ex06_")
+CHAPTERS = ("ex01_", "ex02_", "ex03_", "ex04_", "ex05_", "ex06_", "ex07_")
 
 
 def test_every_chapter_has_an_exercise_notebook_with_at_least_four_exercises():

@@ -47,7 +47,8 @@ def test_the_grader_sends_every_code_cell_but_the_demos_and_answers():
     assert [(r["op"], r.get("index", r.get("key"))) for r in requests] == [("setup", 0), ("setup", 3), ("exercise", "ex1")]
 
 
-@pytest.mark.parametrize("name", ["ex04_distributed_training", "ex05_sharded_data", "ex06_fsdp_checkpoints"])
+@pytest.mark.parametrize("name", ["ex04_distributed_training", "ex05_sharded_data", "ex06_fsdp_checkpoints",
+                                  "ex07_your_data"])
 def test_the_torchrun_demos_of_the_exercise_notebooks_are_not_graded(name):
     """Each runs the broken script under torchrun: seconds per submission that earn nothing."""
     (path,) = [p for p in instructor_sources() if p.stem == name]
