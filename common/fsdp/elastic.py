@@ -25,6 +25,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,10 +34,9 @@ from pathlib import Path
 import psutil
 
 from common.cli import flag_name
-from common.ddp.launch import agent_command, launch_env, worker_entry
+from common.ddp.launch import launch_env, worker_entry
 from common.ddp.process_group import gather_objects
 from common.device import RANKS_PER_HOST_ENV
-from common.quick import is_quick_run
 
 
 def settings_disagreement(members: Sequence[Mapping], *, may_differ: Collection[str]) -> str:
@@ -105,11 +105,12 @@ def elastic_command(module: str, args: Sequence[str] = (), *, endpoint: str, min
                        ("is_host", None if is_host is None else int(is_host))):
         if value is not None:
             conf += f",{key}={value}"
-    fork = is_quick_run() if fork_workers is None else fork_workers
-    return [*agent_command(fork), f"--nproc-per-node={nproc_per_node}",
+    # torchrun's own agent, even where its workers fork: a guest joins a running job, and an agent that
+    # imported more first (common.ddp.agent) could come after the job it was to join had ended.
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}",
             f"--nnodes={min_nodes}:{max_nodes}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", f"--rdzv-conf={conf}",
-            f"--max-restarts={max_restarts}", *worker_entry(module, args, fork_workers=fork)]
+            f"--max-restarts={max_restarts}", *worker_entry(module, args, fork_workers=fork_workers)]
 
 
 def agents_env(commands: Sequence[Sequence[str]]) -> dict[str, str]:

@@ -32,7 +32,7 @@ def test_quick_mode_writes_csv_chart_and_table(tmp_path):
     assert all(math.isfinite(v) and v > 0 for v in table["images_per_s"])
     guide = table.query("pipeline == @GUIDE and num_workers == 0")["images_per_s"].iloc[0]
     assert table["speedup_vs_guide"].tolist() == pytest.approx(
-        (table["images_per_s"] / guide).tolist(), rel=0.01)  # CSV rounds to 2 decimals
+        (table["images_per_s"] / guide).tolist(), rel=0.01, abs=0.006)  # the CSV rounds to 2 decimals: 0.43 may be 0.4254
     chart = matplotlib.image.imread(out / "benchmark.png")
     assert chart.ndim == 3 and chart.shape[0] > 100 and chart.shape[1] > 100
     assert "images_per_s" in run.stdout and "speedup_vs_guide" in run.stdout

@@ -1,6 +1,6 @@
 """The classroom run: every exercise notebook graded as an instructor hands it out and collects it.
 
-The instructor sources grade full marks through the answer/checker channel (ex04-ex06's torchrun jobs
+The instructor sources grade full marks through the answer/checker channel (ex04-ex07's torchrun jobs
 included), the student versions as committed score zero as not attempted, and an answer that passed
 an older check fails the current one. Its own file, so that ``--dist loadfile`` can run it beside
 tests/system/test_grading.py's hostile submissions instead of after them.
@@ -44,7 +44,7 @@ _KEEPS_THE_LIST = '''class CompactDataset(Dataset):
 
 
 #: Seconds for the classroom run (the first of its tests pays for it): every exercise notebook of
-#: three students graded, torchrun jobs of ex04-ex06 included; `make test`'s 300 s is too short
+#: three students graded, torchrun jobs of ex04-ex07 included; `make test`'s 300 s is too short
 #: when the other worker runs the heaviest tests beside it.
 CLASSROOM_TIMEOUT = 900
 

@@ -8,9 +8,10 @@
 # - Publishing a checkpoint atomically, and finding the newest complete one.
 # - Debugging, from what the ranks print, a checkpoint that a job on another number of processes cannot load.
 # - Resuming a `StatefulDataLoader` with workers to the same batches, across epochs.
+# - Wrapping a model for FSDP2 by a size rule, and checking its DTensor placements and weights on 2 ranks.
 #
-# Seven exercises, 16 points, from warm-up to challenging. They accompany the chapter 6 notebooks (06_1–06_4);
-# Exercise 6 starts processes with `torchrun`, Exercise 7 DataLoader workers.
+# Eight exercises, 19 points, from warm-up to challenging. They accompany the chapter 6 notebooks (06_1–06_4);
+# Exercises 6 and 8 start processes with `torchrun`, Exercise 7 DataLoader workers.
 
 # %% [markdown]
 # ## How these exercises work (beyond the guide)
@@ -519,3 +520,215 @@ for workers, stop in ((1, 10), (2, 19)):
     tail, _ = run_epochs(numbers, num_workers=workers, epochs=3, state=pickle.loads(pickle.dumps(state)))
     assert head + tail == whole, f"{workers} workers, 3 epochs, stopped after {stop} batches: not one run's batches"
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Exercise 8 — Wrap by size: an FSDP2 wrapping policy (beyond the guide) · 3 points
+# Chapter 6.1 chose the units by hand: every block one `fully_shard`, then the root. Large models are
+# wrapped by a rule instead, as FSDP1's `size_based_auto_wrap_policy` did: a module becomes a unit of its
+# own once the parameters it would gather are many enough. Write that rule for FSDP2, as the text of a
+# module, `wrapping_module`, that defines `shard(model, *, min_params) -> list[str]`:
+# - visit the submodules of `model` (not `model` itself) so that each one comes after every module
+#   inside it;
+# - a submodule becomes a unit (`fully_shard(module)`) when the parameters it holds, directly or in
+#   submodules that are not units already, have at least `min_params` elements in all (`numel()`);
+# - then `fully_shard(model)`: the root takes whatever is left;
+# - return the names of the submodules made units (as `model.named_modules()` names them), in any order.
+#
+# Mind that `fully_shard` replaces the parameters of what it wraps with new (DTensor) objects.
+#
+# The next cell writes `ex06_work/wrap_driver.py` (git-ignored). The check saves your module beside it as
+# `ex06_work/wrapping.py` and runs the driver on 2 processes: for a few models and thresholds it calls your
+# `shard` on every rank, reports what each parameter became (its type, placements, the shape each rank
+# holds), trains 2 SGD steps on one batch and keeps the full weights, to compare with one process.
+
+# %%
+# The driver's text, saved as ex06_work/wrap_driver.py (a plain cell, so that grading runs it too).
+WRAP_DRIVER = '''"""Apply wrapping.shard to a few models on N ranks; rank 0 writes what it did to OUT (JSON + .pt).
+
+    torchrun --standalone --nproc_per_node=N wrap_driver.py --out OUT
+"""
+
+import argparse
+import json
+import runpy
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
+
+#: The learner's wrapping.py, beside this script.
+shard = runpy.run_path(str(Path(__file__).resolve().with_name("wrapping.py")))["shard"]
+
+
+def build(kind: str) -> nn.Module:
+    torch.manual_seed(0)
+    if kind == "nested":
+        inner = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16))
+        return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), inner, nn.Linear(16, 4))
+    return nn.Sequential(nn.Linear(8, 7), nn.ReLU(), nn.Linear(7, 4))  # "odd": 7 rows for 2 ranks
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)  # the same batch on every rank
+    return torch.randn(12, 8, generator=generator), torch.randn(12, 4, generator=generator)
+
+
+def run(kind: str, min_params: int) -> tuple[dict, dict]:
+    model = build(kind)
+    units = shard(model, min_params=min_params)
+    params = {}
+    for name, p in model.named_parameters():
+        local = p.to_local() if isinstance(p, DTensor) else p
+        shapes = [None] * dist.get_world_size()
+        dist.all_gather_object(shapes, list(local.shape))
+        params[name] = {"type": type(p).__name__, "shapes": shapes,
+                        "placements": [repr(x) for x in p.placements] if isinstance(p, DTensor) else None}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    inputs, targets = batch()
+    for _ in range(2):
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    fsdp = [name for name, m in model.named_modules() if isinstance(m, FSDPModule)]
+    return {"units": list(units), "fsdp_modules": fsdp, "params": params}, full
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    try:
+        reports, weights = {}, {}
+        for kind, min_params in (("nested", 200), ("nested", 500), ("nested", 144), ("nested", 10_000),
+                                 ("odd", 40)):
+            key = f"{kind}/{min_params}"
+            try:
+                reports[key], weights[key] = run(kind, min_params)
+            except Exception as error:  # one line that says what failed, then torchrun's report
+                print(f"rank {dist.get_rank()}: {key}: {type(error).__name__}: {error}", flush=True)
+                raise
+        if dist.get_rank() == 0:
+            args.out.with_suffix(".json").write_text(json.dumps(reports, indent=1))
+            torch.save(weights, args.out.with_suffix(".pt"))
+            print(f"rank 0: {len(reports)} models wrapped and trained on {dist.get_world_size()} ranks")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+(WORK / "wrap_driver.py").write_text(WRAP_DRIVER)
+print(f"wrote {WORK / 'wrap_driver.py'} ({len(WRAP_DRIVER.splitlines())} lines)")
+
+# %% [markdown]
+# `run_driver(folder)` runs the driver on 2 processes with `--out folder/report` and returns the report
+# and the weights; `trained_alone(kind)` gives the weights the same 2 steps give in one process.
+
+# %%
+import json
+
+
+def run_driver(folder: Path, ranks: int = 2) -> tuple[dict, dict]:
+    """``wrap_driver.py --out folder/report`` on ``ranks`` processes: (report, weights)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(torchrun_command(str(WORK / "wrap_driver.py"), ["--out", str(folder / "report")],
+                                           nproc_per_node=ranks),
+                          capture_output=True, text=True, timeout=180, env=launch_env(threads=1), check=False)
+    if "NotImplementedError" in done.stderr:
+        raise NotImplementedError("wrapping.py still raises NotImplementedError")
+    assert done.returncode == 0, f"the driver failed on {ranks} processes:\n{done.stdout[-1500:] or done.stderr[-1500:]}"
+    report = json.loads((folder / "report.json").read_text())
+    return report, torch.load(folder / "report.pt", weights_only=True)
+
+
+def trained_alone(kind: str) -> dict[str, torch.Tensor]:
+    """The weights after the driver's 2 SGD steps, in one process without FSDP."""
+    torch.manual_seed(0)
+    if kind == "nested":
+        inner = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16))
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), inner, nn.Linear(16, 4))
+    else:
+        model = nn.Sequential(nn.Linear(8, 7), nn.ReLU(), nn.Linear(7, 4))
+    generator = torch.Generator().manual_seed(1)
+    inputs, targets = torch.randn(12, 8, generator=generator), torch.randn(12, 4, generator=generator)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+    return model.state_dict()
+
+# %% nbgrader={"grade": false, "grade_id": "ex8-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+wrapping_module = '''
+### BEGIN SOLUTION
+"""A size-based wrapping policy for FSDP2."""
+
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+
+
+def shard(model: nn.Module, *, min_params: int) -> list[str]:
+    """Make a unit of each submodule, children first, whose parameters not yet in a unit number at
+    least ``min_params``; then the root. Returns the units' names."""
+    taken, units = set(), []  # planned on the plain model: fully_shard replaces the parameters
+    for name, module in reversed(list(model.named_modules())[1:]):  # every module after its children
+        pending = [p for p in module.parameters() if id(p) not in taken]
+        if sum(p.numel() for p in pending) >= min_params:
+            taken.update(id(p) for p in pending)
+            units.append(name)
+    for name in units:  # children before parents, as planned
+        fully_shard(model.get_submodule(name))
+    fully_shard(model)
+    return units
+### END SOLUTION
+'''
+
+# %% nbgrader={"grade": true, "grade_id": "ex8-tests", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+with checks("Exercise 8"):
+    (WORK / "wrapping.py").write_text(wrapping_module)
+    report, weights = run_driver(WORK / "wrapped")
+    nested = report["nested/200"]
+    assert sorted(nested["units"]) == ["2.0", "2.2"], \
+        (f"min_params=200: the two inner Linear layers (272 parameters each) are the units, and their block is not "
+         f"(it holds no parameter that is not in a unit already); got {nested['units']}")
+    assert nested["fsdp_modules"] == ["", "2.0", "2.2"], \
+        f"fully_shard the units and the root, nothing else: FSDP modules {nested['fsdp_modules']}"
+    assert all(p["type"] == "DTensor" and p["placements"] == ["Shard(dim=0)"] for p in nested["params"].values()), \
+        "every parameter becomes a DTensor sharded by rows (Shard(dim=0))"
+    for name, value in trained_alone("nested").items():
+        assert torch.allclose(weights["nested/200"][name], value, atol=1e-5), \
+            f"{name} after 2 steps on 2 ranks is not what one process gives"
+### BEGIN HIDDEN TESTS
+assert report["nested/500"]["units"] == ["2"], \
+    (f"min_params=500: no inner layer (272) is enough, their block (544) is; got {report['nested/500']['units']}: "
+     "a module's count includes its submodules that are not units")
+assert sorted(report["nested/144"]["units"]) == ["0", "2.0", "2.2"], \
+    f"min_params=144: a module with exactly min_params parameters is a unit too; got {report['nested/144']['units']}"
+assert report["nested/10000"]["units"] == [] and report["nested/10000"]["fsdp_modules"] == [""], \
+    "a threshold no module reaches: the root alone is the unit"
+odd = report["odd/40"]
+assert odd["units"] == ["0"] and odd["params"]["0.weight"]["shapes"] == [[4, 8], [3, 8]], \
+    f"7 rows on 2 ranks: rank 0 holds 4 and rank 1 holds 3; got {odd['params']['0.weight']['shapes']}"
+for key, kind in (("nested/500", "nested"), ("nested/144", "nested"), ("odd/40", "odd")):
+    assert sorted(report[key]["params"]) == sorted(trained_alone(kind)), f"{key}: the parameters' names changed"
+    for name, value in trained_alone(kind).items():
+        assert torch.allclose(weights[key][name], value, atol=1e-5), f"{key}: {name} differs from one process"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Summary
+# - ZeRO stages 1, 2 and 3 shard the optimizer state, then the gradients, then the parameters; DDP shards nothing.
+# - `Shard(0)` splits a parameter's rows as `torch.chunk` does: `ceil(rows / world_size)` each, the last ranks fewer.
+# - A checkpoint is resharded by giving each new rank the rows its shard covers; DCP does it on load, on any world size.
+# - Publish a checkpoint by renaming a finished folder; trust only a folder that holds its `.metadata`.
+# - A resumable job writes one distributed checkpoint from all ranks, and its final file from one.
+# - A `StatefulDataLoader`'s state knows where it is inside an epoch; the epoch is yours to save.
+# - A wrapping policy visits children before parents and counts only the parameters no unit holds yet.
