@@ -9,9 +9,10 @@
 # - Debugging, from what the ranks print, a checkpoint that a job on another number of processes cannot load.
 # - Resuming a `StatefulDataLoader` with workers to the same batches, across epochs.
 # - Wrapping a model for FSDP2 by a size rule, and checking its DTensor placements and weights on 2 ranks.
+# - Debugging a job that an elastic agent's restart sends back to step 0.
 #
-# Eight exercises, 19 points, from warm-up to challenging. They accompany the chapter 6 notebooks (06_1–06_4);
-# Exercises 6 and 8 start processes with `torchrun`, Exercise 7 DataLoader workers.
+# Nine exercises, 22 points, from warm-up to challenging. They accompany the chapter 6 notebooks (06_1–06_4);
+# Exercises 6, 8 and 9 start processes with `torchrun`, Exercise 7 DataLoader workers.
 
 # %% [markdown]
 # ## How these exercises work (beyond the guide)
@@ -724,6 +725,256 @@ for key, kind in (("nested/500", "nested"), ("nested/144", "nested"), ("odd/40",
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# ## Exercise 9 — Debug a job that does not survive a restart of its group (beyond the guide) · 3 points
+# Under an elastic agent (chapter 6.4) a membership change, or a failed rank, restarts the whole worker
+# group: new processes, the *same* command line, `TORCHELASTIC_RESTART_COUNT` one higher. The script
+# below trains with FSDP2 and SGD with momentum, one batch per step, and writes a DCP checkpoint after
+# every step. Its author resumed it by hand with `--resume`, and it worked. Run under
+# `torchrun --max-restarts=1` with `--fail-at 11` (rank 1 of the first attempt dies before step 11's
+# checkpoint, as a machine does), the job ends without an error, but its log says
+# `attempt 1 starts at step 0`: the restarted group trained all 12 steps again, and on a job of days that
+# is days lost. The next cell writes it to `ex06_work/restart_train.py`; the one after runs it so.
+
+# %%
+RESTART_TRAIN = '''"""FSDP2 + SGD with momentum on N ranks, a DCP checkpoint after every step in DIR/step-N.
+
+    torchrun --standalone --nproc_per_node=N --max-restarts=1 restart_train.py --checkpoint DIR --out FILE
+        [--steps 12] [--fail-at K] [--resume]
+
+With --fail-at K, rank 1 of the first attempt dies before step K's checkpoint (a machine lost).
+"""
+
+import argparse
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     set_model_state_dict)
+from torch.distributed.fsdp import fully_shard
+
+
+def build() -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    for layer in (model[0], model[2]):
+        fully_shard(layer)
+    fully_shard(model)
+    return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(step)  # step N's batch, the same on every rank
+    return torch.randn(12, 8, generator=generator), torch.randn(12, 4, generator=generator)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--checkpoint", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--fail-at", type=int, default=0)
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, attempt = dist.get_rank(), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    try:
+        model, optimizer = build()
+        start = 0
+        if args.resume:
+            newest = sorted(args.checkpoint.glob("step-*"))[-1]
+            state = {"model": get_model_state_dict(model)}
+            dcp.load(state, checkpoint_id=newest)
+            set_model_state_dict(model, state["model"])
+            start = int(newest.name.split("-")[1])
+        print(f"rank {rank}: attempt {attempt} starts at step {start}", flush=True)
+        for step in range(start, args.steps):
+            inputs, targets = batch(step)
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(inputs), targets).backward()
+            optimizer.step()
+            if step + 1 == args.fail_at and attempt == 0 and rank == 1:
+                os._exit(1)  # this rank's machine is gone
+            dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=args.checkpoint / f"step-{step + 1}")
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if rank == 0:
+            torch.save(full, args.out)
+            print(f"rank 0: trained to step {args.steps}, saved {args.out.name}", flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+(WORK / "restart_train.py").write_text(RESTART_TRAIN)
+
+
+def run_restarting(script: Path, folder: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``script --checkpoint folder/ckpt --out folder/final.pt --fail-at 11`` on 2 processes, under
+    ``torchrun --max-restarts=1`` (the agent restarts the group once), finished."""
+    args = ["--checkpoint", str(folder / "ckpt"), "--out", str(folder / "final.pt"), "--fail-at", "11", *extra]
+    done = subprocess.run(torchrun_command(str(script), args, nproc_per_node=2, max_restarts=1),
+                          capture_output=True, text=True, timeout=240, env=launch_env(threads=1), check=False)
+    if "NotImplementedError" in done.stderr:
+        raise NotImplementedError(f"{script.name} still raises NotImplementedError")
+    return done
+
+
+def momentum_alone(steps: int) -> dict[str, torch.Tensor]:
+    """The weights after ``steps`` uninterrupted steps of the script's training, in one process."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for step in range(steps):
+        generator = torch.Generator().manual_seed(step)
+        inputs, targets = torch.randn(12, 8, generator=generator), torch.randn(12, 4, generator=generator)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+    return model.state_dict()
+
+# %% tags=["demo"]
+shutil.rmtree(WORK / "restarts", ignore_errors=True)
+as_written = run_restarting(WORK / "restart_train.py", WORK / "restarts")
+print(f"exit code {as_written.returncode}", *sorted(set(re.findall(r"^rank \d+: .*$", as_written.stdout, re.M))),
+      sep="\n")
+assert as_written.returncode == 0 and "rank 0: attempt 1 starts at step 0" in as_written.stdout
+
+# %% [markdown]
+# Write the corrected script as the text of `fixed_restart`; the check saves it as
+# `ex06_work/fixed_restart.py` and runs it the same way, without `--resume`. The restarted group must go on
+# from the newest checkpoint the first attempt completed (its log line `rank 0: attempt 1 starts at step 10`)
+# and end at the weights 12 uninterrupted steps give. Keep the arguments, the printed lines, the `step-N`
+# folders and the simulated failure. Three things stand between the script and that: read the output of
+# each try. Exercises 4 and 5 and chapters 6.2 and 6.4 show every tool it takes.
+
+# %% nbgrader={"grade": false, "grade_id": "ex9-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+fixed_restart = '''
+### BEGIN SOLUTION
+"""FSDP2 + SGD with momentum on N ranks, a DCP checkpoint after every step in DIR/step-N, fixed:
+every attempt goes on from the newest complete checkpoint, the optimizer's state included.
+
+    torchrun --standalone --nproc_per_node=N --max-restarts=1 restart_train.py --checkpoint DIR --out FILE
+        [--steps 12] [--fail-at K] [--resume]
+
+With --fail-at K, rank 1 of the first attempt dies before step K's checkpoint (a machine lost).
+"""
+
+import argparse
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
+                                                     set_state_dict)
+from torch.distributed.fsdp import fully_shard
+
+
+def build() -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    for layer in (model[0], model[2]):
+        fully_shard(layer)
+    fully_shard(model)
+    return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(step)  # step N's batch, the same on every rank
+    return torch.randn(12, 8, generator=generator), torch.randn(12, 4, generator=generator)
+
+
+def newest_complete(root: Path) -> Path | None:
+    """The complete step-N folder (DCP writes .metadata last) with the highest N, by number."""
+    complete = [p for p in root.glob("step-*") if (p / ".metadata").is_file()]
+    return max(complete, key=lambda p: int(p.name.split("-")[1]), default=None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--checkpoint", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--fail-at", type=int, default=0)
+    parser.add_argument("--resume", action="store_true")  # kept: every attempt resumes when it can
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, attempt = dist.get_rank(), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    try:
+        model, optimizer = build()
+        start = 0
+        newest = newest_complete(args.checkpoint)  # a restart runs the same command line: look every time
+        if newest is not None:
+            model_state, optim_state = get_state_dict(model, optimizer)
+            state = {"model": model_state, "optim": optim_state}
+            dcp.load(state, checkpoint_id=newest)  # the momentum too, not only the weights
+            set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+            start = int(newest.name.split("-")[1])
+        print(f"rank {rank}: attempt {attempt} starts at step {start}", flush=True)
+        for step in range(start, args.steps):
+            inputs, targets = batch(step)
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(inputs), targets).backward()
+            optimizer.step()
+            if step + 1 == args.fail_at and attempt == 0 and rank == 1:
+                os._exit(1)  # this rank's machine is gone
+            model_state, optim_state = get_state_dict(model, optimizer)
+            dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=args.checkpoint / f"step-{step + 1}")
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if rank == 0:
+            torch.save(full, args.out)
+            print(f"rank 0: trained to step {args.steps}, saved {args.out.name}", flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+### END SOLUTION
+'''
+
+# %% nbgrader={"grade": true, "grade_id": "ex9-tests", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+def restarted(folder: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    (WORK / "fixed_restart.py").write_text(fixed_restart)
+    done = run_restarting(WORK / "fixed_restart.py", folder)
+    assert done.returncode == 0, f"the job failed:\n{done.stdout[-800:]}\n{done.stderr[-1200:]}"
+    return done, torch.load(folder / "final.pt", weights_only=True)
+
+
+with checks("Exercise 9"):
+    shutil.rmtree(WORK / "restarted", ignore_errors=True)
+    done, final = restarted(WORK / "restarted")
+    starts = re.findall(r"^rank 0: attempt (\d+) starts at step (\d+)$", done.stdout, re.M)
+    assert starts == [("0", "0"), ("1", "10")], \
+        f"attempt 0 starts at step 0 and attempt 1 at step 10, the newest checkpoint; the log says {starts}"
+    for name, value in momentum_alone(12).items():
+        assert torch.allclose(final[name], value, atol=1e-5), \
+            f"{name} is not what 12 uninterrupted steps give (does the restart resume all of the training's state?)"
+### BEGIN HIDDEN TESTS
+assert done.stdout.count("saved final.pt") == 1, "final.pt is written once, by rank 0"
+files = sorted(p.name for p in (WORK / "restarted" / "ckpt" / "step-12").iterdir())
+assert files == [".metadata", "__0_0.distcp", "__1_0.distcp"], f"step-12 is one DCP checkpoint of 2 ranks: {files}"
+shutil.rmtree(WORK / "planted", ignore_errors=True)
+(WORK / "planted" / "ckpt" / "step-99").mkdir(parents=True)  # a save that never finished: no .metadata
+(WORK / "planted" / "ckpt" / "step-99" / "__0_0.distcp").write_bytes(b"")
+done, final = restarted(WORK / "planted")
+starts = re.findall(r"^rank 0: attempt (\d+) starts at step (\d+)$", done.stdout, re.M)
+assert starts == [("0", "0"), ("1", "10")], \
+    f"an unfinished step-99 (no .metadata) must be skipped: the log says {starts}"
+for name, value in momentum_alone(12).items():
+    assert torch.allclose(final[name], value, atol=1e-5), f"beside an unfinished step-99, {name} differs"
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Summary
 # - ZeRO stages 1, 2 and 3 shard the optimizer state, then the gradients, then the parameters; DDP shards nothing.
 # - `Shard(0)` splits a parameter's rows as `torch.chunk` does: `ceil(rows / world_size)` each, the last ranks fewer.
@@ -732,3 +983,4 @@ for key, kind in (("nested/500", "nested"), ("nested/144", "nested"), ("odd/40",
 # - A resumable job writes one distributed checkpoint from all ranks, and its final file from one.
 # - A `StatefulDataLoader`'s state knows where it is inside an epoch; the epoch is yours to save.
 # - A wrapping policy visits children before parents and counts only the parameters no unit holds yet.
+# - A restarted group runs the same command line: resume from the newest complete checkpoint every time, optimizer included.
