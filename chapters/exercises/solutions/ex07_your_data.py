@@ -666,7 +666,7 @@ files = sorted((OTHER / "val").rglob("*.png"))
 with checks("Exercise 5"):
     (WORK / "fixed_evaluate.py").write_text(fixed_script)
     printed = run_evaluation(WORK / "fixed_evaluate.py", OTHER, OTHER_MODEL)
-    found = re.findall(r"^val: (\d+) images, (\d+) correct, accuracy [\d.]+$", printed, re.M)
+    found = re.findall(r"val: (\d+) images, (\d+) correct, accuracy [\d.]+", printed)
     assert len(found) == 1, f"expected one line 'val: ...' from rank 0, got:\n{printed}"
     seen, correct = map(int, found[0])
     assert seen == len(files), f"{seen} images counted, {len(files)} in val/: count every image exactly once"
@@ -678,7 +678,7 @@ state = torch.load(OTHER_MODEL, weights_only=True)
 right = sum(int((state["weight"] @ pixels(path) + state["bias"]).argmax()) == classes.index(path.parent.name)
             for path in files)
 assert correct == right, f"{correct} correct: image by image, the model gets {right} of {len(files)} right"
-shares = sorted(int(n) for n in re.findall(r"^rank \d+: (\d+) images$", printed, re.M))
+shares = sorted(int(n) for n in re.findall(r"rank \d+: (\d+) images", printed))
 assert shares == [5, 6], f"each of the 2 ranks evaluates its own share of the 11 images (5 and 6), got {shares}"
 assert f"classes: {', '.join(classes)}; model outputs: 4" in printed, \
     f"keep the line 'classes: ...; model outputs: ...', with the model's classes:\n{printed}"
