@@ -359,13 +359,20 @@ def serve(folder: Path) -> http.server.ThreadingHTTPServer:
     return server
 
 
-@pytest.fixture
-def browser(tmp_path):
+@pytest.fixture(scope="module")
+def chromium() -> str:
     executable = find_chromium()
     if executable is None:
         pytest.skip("Chromium not found: the browser tests need it. Install it with "
                     "`make system-deps` (Debian/Ubuntu: sudo apt-get install -y chromium)")
-    with Browser(executable, tmp_path / "profile") as opened:
+    return executable
+
+
+@pytest.fixture(scope="module")
+def browser(chromium, tmp_path_factory):
+    """One Chromium for the module's browser tests (each site is served on a port, an origin,
+    of its own, so no page sees another site's storage)."""
+    with Browser(chromium, tmp_path_factory.mktemp("browser") / "profile") as opened:
         yield opened
 
 
@@ -376,30 +383,6 @@ def search(browser: Browser, base: str, words: str) -> list[str]:
                        ".textContent", timeout=30)
     return browser.evaluate("Array.from(document.querySelectorAll('#search-results li a'))"
                             ".map(a => a.getAttribute('href'))")
-
-
-def test_site_in_a_real_browser(site, browser):
-    out, _, _ = site
-    server = serve(out)
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        for page in PAGES + ["zh/index.html", "zh/chapters/01_first.html", "zh/GLOSSARY.html"]:
-            browser.open(f"{base}/{page}")
-            assert browser.errors() == [], page
-            assert browser.requested_hosts() == {"127.0.0.1"}, page
-            sidebar = browser.evaluate("Array.from(document.querySelectorAll("
-                                       "'.bd-sidebar-primary nav a')).map(a => a.textContent.trim())")
-            expected = TITLES if not page.startswith("zh/") else ["第 1 章 — 第一步"]
-            assert [t for t in sidebar if t in expected] == expected, page
-            switch = browser.evaluate("(document.querySelector('.lang-switch a') || {}).href")
-            assert switch and ("/zh/" in switch) != page.startswith("zh/"), page
-        assert any("02_second" in hit for hit in search(browser, base, "quokka"))
-        assert any("01_first" in hit for hit in search(browser, base, "数据管道"))
-        assert any("chapters/01_first" in hit for hit in search(browser, f"{base}/zh", "数据管道"))
-        assert browser.errors() == []
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def assert_no_solution_is_published(out: Path) -> None:
@@ -423,13 +406,21 @@ def assert_no_solution_is_published(out: Path) -> None:
             assert len(secret) > 10 and not secret & lines, f"{page.relative_to(out)}: {sorted(secret & lines)[:3]}"
 
 
+@pytest.fixture(scope="module")
+def repository_site(tmp_path_factory):
+    """This repository's site, built the default way (no solutions), into a temporary folder."""
+    out = tmp_path_factory.mktemp("repository") / "html"
+    chapters, warnings = build_site(REPO, out)
+    return out, chapters, warnings
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_the_repository_builds_into_a_working_site(tmp_path, browser):
+def test_the_repository_builds_into_a_working_site(chromium, repository_site, browser):
     """The one real build: every notebook, no broken link, no console error, and screenshots
-    of the index and of a chapter in build/ for a person to look at."""
-    out = tmp_path / "html"
-    chapters, warnings = build_site(REPO, out)
+    of the index and of a chapter in build/ for a person to look at. (Without Chromium it is
+    skipped before the build; the browser starts after it.)"""
+    out, chapters, warnings = repository_site
     executed = [p for p in sorted((REPO / "chapters").glob("*.ipynb"))
                 if not any("not executed" in w and p.name in w for w in warnings)]
     executed += sorted((REPO / "chapters" / "exercises").glob("*.ipynb"))  # the student versions
@@ -449,13 +440,14 @@ def test_the_repository_builds_into_a_working_site(tmp_path, browser):
                        if "_static" not in p.parts and p.relative_to(out).parts[0] != "zh")
         pages += ["zh/index.html", "zh/GLOSSARY.html", "zh/chapters/02_1_dataset_dataloader.html"]
         assert all((out / page).is_file() for page in pages)
+        sidebar = []
         for page in pages:
             browser.open(f"{base}/{page}", settle=0.2)
             assert browser.errors() == [], page
             assert browser.requested_hosts() == {"127.0.0.1"}, page
-        browser.open(f"{base}/chapters/02_1_dataset_dataloader.html")
-        sidebar = browser.evaluate("Array.from(document.querySelectorAll("
-                                   "'.bd-sidebar-primary nav a')).map(a => a.textContent.trim())")
+            if page == "chapters/02_1_dataset_dataloader.html":
+                sidebar = browser.evaluate("Array.from(document.querySelectorAll("
+                                           "'.bd-sidebar-primary nav a')).map(a => a.textContent.trim())")
         titles = [c.title.replace("`", "") for c in chapters]  # the sidebar shows code as text
         assert [t for t in titles if t in sidebar] == titles
         assert any("02_2" in hit for hit in search(browser, base, "归一化"))
@@ -470,6 +462,30 @@ def test_the_repository_builds_into_a_working_site(tmp_path, browser):
             with Image.open(shots / name) as image:
                 low, high = image.convert("L").getextrema()
                 assert image.size == (1280, 900) and high - low > 100, name
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_site_in_a_real_browser(site, browser):
+    out, _, _ = site
+    server = serve(out)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for page in PAGES + ["zh/index.html", "zh/chapters/01_first.html", "zh/GLOSSARY.html"]:
+            browser.open(f"{base}/{page}")
+            assert browser.errors() == [], page
+            assert browser.requested_hosts() == {"127.0.0.1"}, page
+            sidebar = browser.evaluate("Array.from(document.querySelectorAll("
+                                       "'.bd-sidebar-primary nav a')).map(a => a.textContent.trim())")
+            expected = TITLES if not page.startswith("zh/") else ["第 1 章 — 第一步"]
+            assert [t for t in sidebar if t in expected] == expected, page
+            switch = browser.evaluate("(document.querySelector('.lang-switch a') || {}).href")
+            assert switch and ("/zh/" in switch) != page.startswith("zh/"), page
+        assert any("02_second" in hit for hit in search(browser, base, "quokka"))
+        assert any("01_first" in hit for hit in search(browser, base, "数据管道"))
+        assert any("chapters/01_first" in hit for hit in search(browser, f"{base}/zh", "数据管道"))
+        assert browser.errors() == []
     finally:
         server.shutdown()
         server.server_close()
