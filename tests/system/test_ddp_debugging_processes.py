@@ -5,18 +5,13 @@ test_ddp_uneven.py, test_ddp_debugging.py)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
 
 from common.ddp.debugging import hung_ranks, rank_stacks, read_stacks, signal_ranks
-from common.ddp.launch import launch_env, run_command
-from tests.system.forked_ranks import forked_ranks_command
+from tests.system.forked_ranks import forked_ranks_command, popen, run_forked
 
 #: A job whose rank 1 never reaches the all-reduce its rank 0 waits in.
 HUNG_JOB = """\
@@ -38,8 +33,8 @@ HUNG_JOB = """\
 def test_join_finishes_uneven_inputs_that_plain_ddp_leaves_waiting(tmp_path):
     out = tmp_path / "uneven.json"
     # Two ranks forked from one interpreter (tests/system/forked_ranks.py): the subject is Join.
-    run_command(forked_ranks_command("common.ddp.uneven", ["--batches", "2", "4", "--timeout", "1",
-                                                           "--out", str(out)]), timeout=180)
+    run_forked(forked_ranks_command("common.ddp.uneven", ["--batches", "2", "4", "--timeout", "1",
+                                                          "--out", str(out)]), timeout=180)
     rows = {(row["join"], row["rank"]): row for row in json.loads(out.read_text())}
     assert rows[False, 0]["error"] is None and rows[False, 0]["steps"] == 2
     assert "Timed out" in rows[False, 1]["error"] and rows[False, 1]["steps"] == 2
@@ -65,14 +60,12 @@ def _stacks_of_a_waiting_job(folder, world_size: int, wait_s: float = 60) -> dic
 def test_the_rank_that_hangs_is_found_from_the_stack_dumps_of_all_ranks(tmp_path):
     script = tmp_path / "hung.py"
     script.write_text(textwrap.dedent(HUNG_JOB))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node=2", str(script), str(tmp_path / "stacks")]
-    job = subprocess.Popen(command, env=launch_env(), stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, start_new_session=True)
+    # Two ranks forked from one interpreter, each running the script as `python hung.py` would.
+    job = popen(forked_ranks_command(str(script), [str(tmp_path / "stacks")]))
     try:
         stacks = _stacks_of_a_waiting_job(tmp_path / "stacks", 2)
     finally:
-        os.killpg(job.pid, signal.SIGKILL)
+        job.kill()  # the job and both ranks
         job.wait(timeout=30)
     (frame,) = hung_ranks(stacks).values()
     assert list(hung_ranks(stacks)) == [1]

@@ -1,6 +1,8 @@
 """Tests for common/ddp/train.py: equivalence, no_sync, resume, restart, multi-node, bad input.
 
-Multi-process tests launch ``torchrun`` as a subprocess with the gloo backend on the CPU.
+Multi-process tests run on the CPU with the gloo backend: forked ranks, or ``torchrun`` for
+restarts and agents, each forked from an interpreter that imported torch once
+(tests/system/forked_ranks.py).
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ import torch
 
 from common.ddp.config import TINY, TrainConfig, parse_config
 from common.ddp.data import build_loaders
-from common.ddp.launch import free_port, launch_env, run_command, torchrun_command
+from common.ddp.launch import free_port, torchrun_command
 from common.ddp.optim import build_scheduler, rebuild_scheduler
 from common.ddp.process_group import DistInfo
 from common.ddp.train import main
 from common.synthetic import SyntheticConfig, ensure_data
 from common.transforms import IMAGENET_STD
-from tests.system.forked_ranks import launch_command
+from tests.system.forked_ranks import launch, popen
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own DDP tests
 
@@ -222,8 +224,8 @@ def test_onecycle_run_resumes_exactly(data13, one_process, tmp_path):
 def _torchrun(data, out, *extra, nproc=2, max_restarts=0) -> subprocess.CompletedProcess:
     """N ranks of common.ddp.train: forked from one interpreter (tests/system/forked_ranks.py)
     unless the test is about restarts, which need torchrun's agent."""
-    return run_command(launch_command("common.ddp.train", _args(data, out, *extra), nproc=nproc,
-                                      max_restarts=max_restarts), timeout=120)
+    return launch("common.ddp.train", _args(data, out, *extra), nproc=nproc,
+                  max_restarts=max_restarts)
 
 
 @pytest.fixture(scope="module")
@@ -259,27 +261,29 @@ def _wait_for(predicate, process, timeout: float = 90) -> None:
         time.sleep(0.02)
 
 
-def _worker(agent_pid: int, rank: str) -> psutil.Process:
-    for child in psutil.Process(agent_pid).children(recursive=True):
-        if "common.ddp.train" in child.cmdline() and child.environ().get("RANK") == rank:
-            return child
-    raise AssertionError(f"no worker with RANK={rank} under {agent_pid}")
+def _worker(agent, local_rank: int) -> psutil.Process:
+    """The agent's worker of ``local_rank``. Forked workers carry the agent's command line and
+    environment, so they are told apart by start order: torchrun starts local ranks 0, 1, ...
+    one after the other (the test checks afterwards that torchrun names the same pid)."""
+    workers = sorted(psutil.Process(agent.pid).children(), key=lambda child: child.pid)
+    assert len(workers) == 2, workers
+    return workers[local_rank]
 
 
 @pytest.mark.slow
 def test_sigkilled_worker_restarts_from_snapshot(data13, two_ranks, tmp_path):
     args = _args(data13, tmp_path, "--snapshot", str(tmp_path / "snap.pt"),
                  "--snapshot-every", "2", "--step-delay", "0.4")
-    # Workers started as processes of their own (no --run-path fork): the test finds one by its
-    # command line and environment and SIGKILLs it.
-    agent = subprocess.Popen(torchrun_command("common.ddp.train", args, max_restarts=1, fork_workers=False),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=launch_env())
+    # Workers forked from the agent (common.ddp.agent), as under make test in any run of this test.
+    agent = popen(torchrun_command("common.ddp.train", args, max_restarts=1, fork_workers=True),
+                  stderr=subprocess.STDOUT)
     log = tmp_path / "log.jsonl"
     _wait_for(lambda: log.exists() and '"event": "snapshot"' in log.read_text(), agent)
-    _worker(agent.pid, "1").send_signal(signal.SIGKILL)  # mid-epoch 1, right after step 2
+    victim = _worker(agent, 1)
+    victim.send_signal(signal.SIGKILL)  # mid-epoch 1, right after step 2
     output, _ = agent.communicate(timeout=120)
     assert agent.returncode == 0, output[-3000:]
+    assert f"local_rank: 1 (pid: {victim.pid})" in output, output[-3000:]  # the one killed
     resumed = _records(tmp_path, "resume")
     assert len(resumed) == 1 and resumed[0]["attempt"] == 1
     assert resumed[0]["step"] in (2, 4) and resumed[0]["batch_in_epoch"] > 0  # mid-epoch
@@ -290,11 +294,9 @@ def test_sigkilled_worker_restarts_from_snapshot(data13, two_ranks, tmp_path):
 @pytest.mark.slow
 def test_two_agents_on_loopback_train_together(data13, one_process, tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
-    agents = [subprocess.Popen(torchrun_command("common.ddp.train", _args(data13, tmp_path),
-                                                nproc_per_node=1, nnodes=2, rdzv_endpoint=endpoint,
-                                                rdzv_id="loopback"),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env=launch_env())
+    agents = [popen(torchrun_command("common.ddp.train", _args(data13, tmp_path), nproc_per_node=1,
+                                     nnodes=2, rdzv_endpoint=endpoint, rdzv_id="loopback"),
+                    stderr=subprocess.STDOUT)
               for _node in range(2)]
     outputs = [agent.communicate(timeout=120)[0] for agent in agents]
     for agent, output in zip(agents, outputs, strict=True):

@@ -1,15 +1,15 @@
-"""common/fsdp/meta.py on 2 gloo ranks under torchrun: a model built on the meta device, sharded
-and filled from rank 0's full state dict equals one process's, and a dict that does not fit is
-refused on both ranks with the same message (the unit twin: tests/unit/test_fsdp_meta.py)."""
+"""common/fsdp/meta.py on 2 gloo ranks (forked, with torchrun's variables: tests/system/
+forked_ranks.py): a model built on the meta device, sharded and filled from rank 0's full state
+dict equals one process's, and a dict that does not fit is refused on both ranks with the same
+message (the unit twin: tests/unit/test_fsdp_meta.py)."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
-from common.ddp.launch import run_command
+from tests.system.forked_ranks import forked_ranks_command, run_forked
 
 SCRIPT = '''
 import json, sys
@@ -47,8 +47,9 @@ dist.destroy_process_group()
 def test_two_ranks_load_rank0s_full_state_dict_and_both_refuse_one_that_does_not_fit(tmp_path):
     script = tmp_path / "meta_load.py"
     script.write_text(SCRIPT)
-    run_command([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                 "--nproc-per-node=2", str(script), str(tmp_path)], timeout=120)
+    # Two ranks forked from one interpreter (tests/system/forked_ranks.py: torchrun's variables
+    # without its agent; the subject is the loading, not the launcher).
+    run_forked(forked_ranks_command(str(script), [str(tmp_path)], nproc=2))
     reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["equal"] for r in reports] == [True, True]
     assert reports[0]["refused"] == reports[1]["refused"]

@@ -2,7 +2,9 @@
 ``--compile``, ``--async-save``, the ``StatefulDataLoader`` state in the checkpoint; the resume
 contract on 2 ranks and an elastic guest with other settings (the rest: tests/unit/test_fsdp_*).
 
-Multi-process tests launch ``torchrun`` as a subprocess with the gloo backend on the CPU.
+Multi-process tests run on the CPU with the gloo backend: forked ranks, or ``torchrun`` for
+restarts and agents, each forked from an interpreter that imported torch once
+(tests/system/forked_ranks.py).
 The tiny run: 48 images, global batch 12, 4 steps per epoch, 2 epochs, AdamW.
 """
 
@@ -11,11 +13,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import time
 
 import pytest
 import torch
 
-from common.ddp.launch import free_port, run_command
+from common.ddp.launch import free_port
 from common.fsdp.checkpoint import (
     async_save_checkpoint,
     checkpoint_dirs,
@@ -24,10 +28,10 @@ from common.fsdp.checkpoint import (
     save_checkpoint,
 )
 from common.fsdp.config import TINY, parse_config
-from common.fsdp.elastic import elastic_command, join_later
+from common.fsdp.elastic import agents_env, elastic_command, read_log
 from common.fsdp.train import main
 from common.synthetic import SyntheticConfig, ensure_data
-from tests.system.forked_ranks import launch_command
+from tests.system.forked_ranks import launch, popen
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own distributed tests
 
@@ -59,8 +63,7 @@ def _assert_close(out, reference, **tolerance) -> None:
 def _torchrun(data, out, *extra, nproc: int = 2, max_restarts: int = 0) -> None:
     """N ranks of common.fsdp.train: forked from one interpreter (tests/system/forked_ranks.py)
     unless the test is about restarts (``max_restarts``), which need torchrun's agent."""
-    run_command(launch_command("common.fsdp.train", _args(data, out, *extra), nproc=nproc,
-                               max_restarts=max_restarts), timeout=120)
+    launch("common.fsdp.train", _args(data, out, *extra), nproc=nproc, max_restarts=max_restarts)
 
 
 @pytest.fixture(scope="module")
@@ -207,16 +210,28 @@ def test_an_elastic_guest_with_other_settings_is_refused_by_name_not_hung(data48
     # The host agent runs alone (world size 1); after its step-1 checkpoint a guest agent
     # joins with --seed 5. The new group of 2 checks its ranks' settings first thing: both
     # ranks stop, naming the flag, and both agents exit (max-restarts 0) within the timeout.
+    # (join_later's steps, with agents forked from tests/system/forked_ranks.py's server.)
     options = {"endpoint": f"127.0.0.1:{free_port()}", "max_restarts": 0}
     host = elastic_command("common.fsdp.train", _args(data48, tmp_path, "--checkpoint-every",
                                                       "1", "--step-delay", "3"), **options)
     guest = elastic_command("common.fsdp.train", _args(data48, tmp_path, "--checkpoint-every",
                                                        "1", "--step-delay", "3", "--seed", "5"),
                             **options)
-    joined = join_later(host, tmp_path / "log.jsonl", after_step=1, guest=guest, check=False,
-                        timeout=150)
-    assert all(code != 0 for code in joined.returncodes), joined.outputs
-    output = "\n".join(joined.outputs)
+    env, log = agents_env([host, guest]), tmp_path / "log.jsonl"
+    agents = [popen(host, stderr=subprocess.STDOUT, env=env)]
+    try:
+        deadline = time.monotonic() + 150
+        while not any(r["event"] == "checkpoint" and r["step"] >= 1 for r in read_log(log)):
+            assert agents[0].poll() is None and time.monotonic() < deadline, \
+                agents[0].output()[0][-3000:]  # the host ended (or hung) before step 1
+            time.sleep(0.05)
+        agents.append(popen(guest, stderr=subprocess.STDOUT, env=env))
+        outputs = [agent.communicate(timeout=150)[0] for agent in agents]  # else: hung
+    finally:
+        for agent in agents:
+            agent.kill()
+    assert all(agent.returncode != 0 for agent in agents), outputs
+    output = "\n".join(outputs)
     assert "the ranks of this job were started with other settings than rank 0" in output
     assert re.search(r"--seed (0 / 5|5 / 0)", output), output[-3000:]
     assert [r["world_size"] for r in _records(tmp_path, "start")] == [1]  # no group of 2 trained

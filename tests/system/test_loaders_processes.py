@@ -35,7 +35,7 @@ def test_everything_a_worker_needs_survives_spawn(tiny_data):
     by_folder = CustomDataset.from_folder(tiny_data.imagefolder_dir("val"),
                                           transform=V2TrainPreset(crop_size=16))
     dataset = ConcatDataset([by_csv, by_folder])
-    loader = DataLoader(dataset, batch_size=5, num_workers=2, multiprocessing_context="spawn",
+    loader = DataLoader(dataset, batch_size=5, num_workers=1, multiprocessing_context="spawn",
                         collate_fn=PadCollate(), worker_init_fn=seed_worker)
     seen = torch.cat([labels for _, labels, _ in loader]).tolist()
     assert seen == by_csv.labels.tolist() + by_folder.labels.tolist()

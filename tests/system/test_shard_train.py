@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 
 import pytest
@@ -13,7 +11,7 @@ from common.data import CustomImageDataset
 from common.ddp.snapshot import read_snapshot
 from common.shards import train as shard_train
 from common.shards import write_shards
-from tests.system.forked_ranks import forked_ranks_command
+from tests.system.forked_ranks import forked_ranks_command, run_forked
 
 
 @pytest.fixture(scope="module")
@@ -42,27 +40,23 @@ def test_two_ranks_uneven_shards_equal_batches(tiny_shards, tmp_path, policy):
     out, snapshot = tmp_path / "run.json", tmp_path / "snap.pt"
     # Two ranks forked from one interpreter (tests/system/forked_ranks.py: torchrun's variables
     # without its agent; the shards' arithmetic is the subject here, not the launcher).
-    command = forked_ranks_command("common.shards.train", [
-        "--tiny", "--shards", str(tiny_shards / "train"), "--val-shards", str(tiny_shards / "val"),
-        "--equalize", policy, "--out", str(out), "--snapshot", str(snapshot)], nproc=2)
     # A rank that runs out of batches first would leave the other waiting forever: on a
-    # timeout, kill the launcher *and* its ranks (they share the new session's process group).
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
+    # timeout, the launch and its ranks are killed.
     try:
-        stdout, stderr = process.communicate(timeout=180)
+        done = run_forked(forked_ranks_command("common.shards.train", [
+            "--tiny", "--shards", str(tiny_shards / "train"), "--val-shards", str(tiny_shards / "val"),
+            "--equalize", policy, "--out", str(out), "--snapshot", str(snapshot)], nproc=2),
+            timeout=180, check=False)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
         pytest.fail(f"2 ranks with equalize={policy!r} did not finish in 180 s (hang?)")
-    assert process.returncode == 0, stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-3000:]
     run = json.loads(out.read_text())
     assert run["world_size"] == 2 and len(run["epochs"]) == 2
     for epoch in run["epochs"]:
         batches, samples = epoch["batches_per_rank"], epoch["samples_per_rank"]
         assert batches[0] == batches[1] > 0 and samples[0] == samples[1]
         assert sum(samples) > 24 if policy == "pad" else sum(samples) < 24
-    assert "batches per rank" in stdout
+    assert "batches per rank" in done.stdout
     saved = read_snapshot(snapshot)  # written by rank 0, with both ranks' RNG states
     assert saved["epoch"] == 2 and len(saved["rng"]) == 2
     assert sorted(saved["identity"])[0] == "--shards shard-000000.tar"
