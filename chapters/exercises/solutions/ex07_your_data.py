@@ -8,10 +8,13 @@
 # - Choosing the number of DataLoader workers from measurements: a warm-up round, interleaved rounds, medians.
 # - Debugging a resume that is refused on a copy of the same data and let through on other labels.
 # - Debugging, from what the ranks print, an evaluation whose accuracy is wrong on 2 processes.
+# - Launching the trainer on your data for any machine, from its GPU and core counts: processes, threads and
+#   the global batch, checked against one process.
 #
-# Five exercises, 10 points, from warm-up to challenging. They accompany the your-data chapter (07); Exercise 5
-# runs a script on 2 processes with `torchrun`. The data is tiny and synthetic (8×8 greyscale images written as
-# PNG files, as the chapter wrote the digits), made in a temporary folder: nothing is downloaded.
+# Six exercises, 13 points, from warm-up to challenging. They accompany the your-data chapter (07); Exercise 5
+# runs a script on 2 processes with `torchrun`, and Exercise 6 trains `common.ddp.train` on 2 processes. The
+# data is tiny and synthetic (8×8 greyscale images written as PNG files, as the chapter wrote the digits), made
+# in a temporary folder: nothing is downloaded.
 
 # %% [markdown]
 # ## How these exercises work
@@ -38,21 +41,30 @@
 # class has a pattern of its own, each image is its class's pattern plus noise, in the digits' grey levels 0..16.
 
 # %%
+import contextlib
 import csv
 import hashlib
+import io
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import torch
 from PIL import Image
+from torch.distributed.run import get_args_parser
 
 from common import get_device, seed_everything
-from common.ddp.launch import launch_env, torchrun_command
+from common.ddp.config import parse_config
+from common.ddp.launch import launch_env, module_file, rank_error, torchrun_command
+from common.ddp.train import main as train_ddp
+from common.device import plan_device
 from common.digits import to_uint8, write_digits_folder
 from common.layouts import csv_data
 from course.assignments import checks
@@ -686,6 +698,179 @@ assert "destroy_process_group" in fixed_script, "leave the process group"
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# ## Exercise 6 — Launch the training of your data on any machine · 3 points
+# Chapter 7 trained its digits with `common.ddp.train` under `torchrun` on this machine's 2 cores, and
+# Chapter 4.2 showed the command for a machine with 8 GPUs. The inspection data of Exercise 2 is to be
+# trained on machines you know only by their counts: a workstation with 4 GPUs and 64 cores, a laptop with
+# one GPU, a cloud machine without any. Write the launch once, for all of them. The next cell writes the
+# annotations files of Exercise 2 (`train.csv`, and `val.csv` for the `test` subset) without your
+# `trainer_flags`, and sets `RUN_FLAGS`: their eight flags, then the run's settings. These are a tiny
+# SmallCNN for two epochs, no augmentation, and GroupNorm: it keeps no batch statistics, so a batch split
+# over ranks computes what the whole batch computes in one process (Chapter 4.2).
+
+# %%
+EX6 = workdir / "ex6"
+shutil.rmtree(EX6, ignore_errors=True)  # a fresh start
+(EX6 / "annotations").mkdir(parents=True)
+DATA_FLAGS = []  # what trainer_flags returns for the inspection data
+for split, subset in (("train", "train"), ("val", "test")):
+    with (EX6 / "annotations" / f"{split}.csv").open("w", newline="") as file:
+        csv.writer(file).writerows([("file_name", "label"),
+                                    *((image, finding) for image, _, finding, chosen in rows if chosen == subset)])
+    DATA_FLAGS += [f"--{split}-csv", str(EX6 / "annotations" / f"{split}.csv"),
+                   f"--{split}-images", str(INSPECTION / "images")]
+SETTINGS = ["--no-augment", "--image-size", "16", "--width", "4", "--norm", "group",
+            "--optimizer", "sgd", "--lr", "0.05", "--num-epochs", "2"]
+RUN_FLAGS = [*DATA_FLAGS, *SETTINGS]
+print(" ".join(RUN_FLAGS).replace(str(workdir), "WORK"))
+
+# %% [markdown]
+# Write `launch_training(run_flags, out, *, batch_size, gpus, cores)`. It returns `(command, env)`: the command
+# line (a list of strings, for `subprocess`) that trains `common.ddp.train` with `run_flags`, as they are, on
+# a machine with `gpus` GPUs and `cores` CPU cores, and the environment variables to set for it (a dict of
+# strings; the command inherits the rest). Build the command with `torchrun_command`, as Chapters 4 and 7 do.
+# On every machine:
+#
+# - **Every GPU trains, each rank on a GPU of its own with NCCL**: Chapter 4.1's device plan decides from the
+#   counts what a rank gets. On a machine without a GPU every core trains instead, one process per core.
+# - **The cores are shared out**: each process gets `cores // processes` math threads (at least one), given
+#   both as `OMP_NUM_THREADS` in `env` and as the trainer's `--threads`.
+# - **The same training, whatever the machine**: each optimizer step learns from `batch_size` images, and the
+#   weights at the end are those of a run on one process with that batch. `python -m common.ddp.train --help`
+#   says what each of the trainer's flags means.
+# - The run writes its log to `out/log.jsonl` (`--log-file`) and its final weights to `out/final.pt`
+#   (`--save-final`).
+#
+# The check runs your launch for a machine without a GPU and with 2 cores (this one, any GPU of it hidden)
+# and reads the log: the ranks, their device and backend, and each epoch's validation count (the 4 images of
+# the `test` subset, each counted once). It then compares the final weights with the same run on one process
+# in this kernel. The hidden checks describe other machines; their commands are read, not run.
+
+# %% nbgrader={"grade": false, "grade_id": "ex6-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def launch_training(run_flags, out, *, batch_size, gpus, cores) -> tuple[list[str], dict[str, str]]:
+    ### BEGIN SOLUTION
+    processes = gpus if gpus > 0 else cores  # the device plan gives every rank a GPU only if none is shared
+    threads = max(1, cores // processes)
+    out = Path(out)
+    args = [*run_flags, "--batch-size", str(batch_size),  # the global batch: the trainer splits it over the ranks
+            "--threads", str(threads), "--log-file", str(out / "log.jsonl"), "--save-final", str(out / "final.pt")]
+    return torchrun_command("common.ddp.train", args, nproc_per_node=processes), {"OMP_NUM_THREADS": str(threads)}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "ex6-tests", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+def read_launch(command) -> tuple[int, object]:
+    """The processes a launch starts, and the settings (a TrainConfig) common.ddp.train reads from it."""
+    assert isinstance(command, list) and all(isinstance(part, str) for part in command), \
+        f"the command is a list of strings, got {command!r}"
+    assert command[:2] == [sys.executable, "-m"] and command[2:3] in (["torch.distributed.run"], ["common.ddp.agent"]), \
+        f"build the command with torchrun_command (torchrun, run by this interpreter), got {command[:3]}"
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            launcher = get_args_parser().parse_args(command[3:])
+            config = parse_config(launcher.training_script_args)
+    except SystemExit:
+        raise AssertionError(f"the command does not parse: {said.getvalue().strip()[-600:]}") from None
+    trains = (launcher.training_script == "common.ddp.train" if launcher.module
+              else launcher.run_path and launcher.training_script == module_file("common.ddp.train"))
+    assert trains and not launcher.no_python, f"the command must train common.ddp.train, got {command[3:]}"
+    assert launcher.nproc_per_node.isdigit() and int(launcher.nproc_per_node) > 0, \
+        f"a number of processes, got --nproc-per-node={launcher.nproc_per_node}"
+    return int(launcher.nproc_per_node), config
+
+
+def run_launch(command: list[str], env, out: Path) -> list[dict]:
+    """Run a launch with this machine's GPUs hidden; the records of its log."""
+    assert isinstance(env, dict) and all(isinstance(key, str) and isinstance(value, str) for key, value in env.items()), \
+        f"env is a dict of strings, got {env!r}"
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False,
+                          env={**launch_env(threads=1), **env, "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, f"the launch failed: {rank_error(done.stderr or done.stdout)}"
+    assert (out / "log.jsonl").is_file(), "the run wrote no log to out/log.jsonl"
+    return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+def trained_alone(run_flags: list[str], batch_size: int, out: Path) -> tuple[dict, list[dict]]:
+    """The same run on one process, in this kernel, on the CPU: its final weights and log records."""
+    threads, said = torch.get_num_threads(), io.StringIO()
+    try:
+        with (mock.patch.dict(os.environ, {"COMPANION_DEVICE": "cpu"}), contextlib.redirect_stdout(said),
+              contextlib.redirect_stderr(said)):
+            status = train_ddp([*run_flags, "--batch-size", str(batch_size), "--threads", "1",
+                                "--log-file", str(out / "log.jsonl"), "--save-final", str(out / "final.pt")])
+    finally:
+        torch.set_num_threads(threads)  # the trainer set one thread for this kernel
+    assert status == 0, f"the run on one process failed:\n{said.getvalue()[-1500:]}"
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    return torch.load(out / "final.pt", weights_only=True), records
+
+
+def events(records: list[dict], event: str) -> list[dict]:
+    return [record for record in records if record["event"] == event]
+
+
+shutil.rmtree(EX6 / "runs", ignore_errors=True)  # nothing left from an earlier run of this cell: logs are appended to
+with checks("Exercise 6"):
+    two_cores = EX6 / "runs" / "two-cores"
+    command, env = launch_training(RUN_FLAGS, two_cores, batch_size=4, gpus=0, cores=2)
+    processes, config = read_launch(command)
+    assert processes == 2, f"a machine without a GPU and with 2 cores: one process per core, 2, got {processes}"
+    assert isinstance(env, dict) and env.get("OMP_NUM_THREADS") == "1" and config.threads == 1, \
+        (f"2 processes on 2 cores: one thread each, as OMP_NUM_THREADS and --threads; "
+         f"got {env.get('OMP_NUM_THREADS') if isinstance(env, dict) else env!r} and {config.threads}")
+    shutil.rmtree(two_cores, ignore_errors=True)  # only what this run writes
+    records = run_launch(command, env, two_cores)
+    (start,) = events(records, "start")
+    plan = (start["world_size"], start["backend"], start["device"])
+    assert plan == (2, "gloo", "cpu"), f"2 ranks on the CPU with gloo, got world size, backend, device {plan}"
+    counts = [record["val_count"] for record in events(records, "epoch")]
+    assert counts == [4, 4], \
+        f"each of the 2 epochs validates on the 4 images of the test subset, each once; validation counts {counts}"
+    alone, alone_records = trained_alone(RUN_FLAGS, 4, EX6 / "runs" / "one-process")
+    weights = torch.load(two_cores / "final.pt", weights_only=True)
+    steps = (events(records, "done")[0]["step"], events(alone_records, "done")[0]["step"])
+    for name, value in alone.items():
+        assert name in weights and weights[name].shape == value.shape and \
+            torch.allclose(weights[name], value, rtol=1.3e-6, atol=1e-5), \
+            (f"after 2 processes, {name} is not what one process with batch_size=4 gives ({steps[0]} optimizer steps "
+             f"on 2 processes, {steps[1]} on one): each step must learn from the same images")
+### BEGIN HIDDEN TESTS
+def settings(config) -> dict:
+    """A TrainConfig's settings, the output files as paths."""
+    found = vars(config).copy()
+    for name in ("log_file", "save_final"):
+        found[name] = Path(found[name]) if found[name] else None
+    return found
+
+
+for gpus, cores, batch_size in ((4, 64, 64), (1, 8, 8), (0, 1, 4), (8, 4, 16), (3, 64, 12), (0, 6, 12)):
+    there = EX6 / "runs" / f"{gpus}-gpus-{cores}-cores"
+    command, env = launch_training(RUN_FLAGS, there, batch_size=batch_size, gpus=gpus, cores=cores)
+    processes, config = read_launch(command)
+    plan = plan_device(rank=0, local_rank=0, local_world_size=processes, world_size=processes, cuda_count=gpus,
+                       mps=False, forced=None, in_group=True)
+    assert not gpus or plan.backend == "nccl", \
+        f"a machine with {gpus} GPU(s) and {cores} core(s): {processes} processes, and the device plan says: {plan.reason}"
+    assert not gpus or processes == gpus, \
+        f"a machine with {gpus} GPU(s) and {cores} core(s): every GPU trains, one process each; got {processes} processes"
+    assert gpus or processes == cores, \
+        f"a machine with no GPU and {cores} core(s): every core trains, one process each; got {processes} processes"
+    threads = max(1, cores // processes)
+    assert isinstance(env, dict) and env.get("OMP_NUM_THREADS") == str(threads) and config.threads == threads, \
+        (f"a machine with {gpus} GPU(s) and {cores} core(s): {processes} processes share the cores, {threads} thread(s) each; "
+         f"got OMP_NUM_THREADS {env.get('OMP_NUM_THREADS') if isinstance(env, dict) else env!r} "
+         f"and --threads {config.threads}")
+    assert all(isinstance(value, str) for value in env.values()), "the environment's values are strings"
+    wanted = settings(parse_config([*RUN_FLAGS, "--batch-size", str(batch_size), "--threads", str(threads),
+                                    "--log-file", str(there / "log.jsonl"), "--save-final", str(there / "final.pt")]))
+    changed = sorted(name for name, value in settings(config).items() if value != wanted[name])
+    assert not changed, (f"a machine with {gpus} GPU(s) and {cores} core(s): the trainer's settings {changed} differ from the "
+                         f"run's (run_flags as they are, the global batch of {batch_size} images, the log and the "
+                         "weights in out)")
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Summary
 # - A model must beat the guess made from the training split alone, scored on the validation split.
 # - Annotations of your own layout become the guide's CSV flags without copying an image; bad rows are
@@ -696,10 +881,12 @@ assert "destroy_process_group" in fixed_script, "leave the process group"
 #   files were written: a copy resumes, a relabelling is refused.
 # - Evaluation on several ranks needs the training split's classes and an exact-once split of the
 #   images: no padding and no dropped last batch.
+# - A launch follows from the machine's counts: one process per GPU (the device plan's condition for NCCL),
+#   else one per core; the cores shared out as threads (`OMP_NUM_THREADS` and `--threads`); `--batch-size`
+#   stays the global batch, so 2 ranks train what one process trains.
 #
 # ## Exercises
-# Further practice, not graded: train `common.ddp.train` on the inspection data with the flags of
-# Exercise 2 on 2 processes
-# (`torchrun_command("common.ddp.train", [*flags, "--no-augment", "--image-size", "16", "--num-epochs", "2"])`),
-# then copy the data elsewhere and resume it. And point `choose_workers` at your own loader, with
-# `common.fast.timing.time_epochs` inside `measure`.
+# Further practice, not graded: add `--snapshot` and `--max-steps 3` to the launch of Exercise 6 (it stops
+# after the first epoch), then resume it on one process without `--max-steps`: does the resume go on, and are
+# the final weights those of the uninterrupted run? Then copy the data elsewhere and resume again. And point
+# `choose_workers` at your own loader, with `common.fast.timing.time_epochs` inside `measure`.
