@@ -12,9 +12,8 @@ from contextlib import redirect_stdout
 
 import torch
 
-from common.ddp.launch import run_command
 from common.ddp.train import main
-from tests.system.forked_ranks import forked_ranks_command
+from tests.system.forked_ranks import forked_ranks_command, run_forked
 from tests.unit.your_images import write_imagefolder
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own DDP tests (test_ddp_train.py)
@@ -35,7 +34,7 @@ def test_two_ranks_on_an_imagefolder_equal_one_process(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     with redirect_stdout(io.StringIO()):
         assert main(_argv(root, one)) == 0
-    run_command(forked_ranks_command("common.ddp.train", _argv(root, two), nproc=2), timeout=120)
+    run_forked(forked_ranks_command("common.ddp.train", _argv(root, two), nproc=2), timeout=120)
     assert (_done(two)["world_size"], _done(two)["step"]) == (2, _done(one)["step"]) == (2, 6)
     expected = torch.load(one / "final.pt", weights_only=True)
     got = torch.load(two / "final.pt", weights_only=True)
