@@ -52,13 +52,15 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
   images), so C code never reads a handle as one of its objects. The checker is not dumpable (no ptrace, no
   ``/proc/PID/mem``) and reports JSON through a pipe of its own. So an answer earns its own
   exercise's points by the data it returns and nothing else.
-- *One judge per notebook, shared by its submissions.* Each submission starts from a fresh
-  template and sees only its own earlier answers; between exercises (of one submission or the
-  next) the judge kills every process left, removes the files created and stops on a changed
-  one, as it always did between exercises. An answer runs under the judge's uid and may signal
-  the zygote or a template: a zygote that forks no fresh template, or a template that stops
-  answering, ends the judge, and the grader starts a fresh one for the submissions left without
-  charging them (``judges.run_notebooks``).
+- *One judge for every submission of every notebook.* Its zygote imports what the setup cells of
+  all the notebooks import, once. Each submission starts from a fresh template and sees only its
+  own earlier answers, and its setup cells find the working copy as the first submission's found
+  it (the judge removes what the last one's setup cells left); between exercises (of one
+  submission or the next) the judge kills every process left, removes the files created and
+  stops on a changed one, as it always did between exercises. An answer runs under the judge's
+  uid and may signal the zygote or a template: a zygote that forks no fresh template, or a
+  template that stops answering, ends the judge, and the grader starts a fresh one for the
+  submissions left without charging them (``judges.run_notebooks``).
 - *Integrity records, not penalties.* The answer process reports what it rebound among the
   libraries and the setup's names (``torch.allclose = ...`` in its own memory). That
   protects nothing (the checks run in the checker's memory), so it is recorded in

@@ -1,4 +1,4 @@
-"""The grader: submissions in, judges shared by each notebook's submissions, scores and the report out.
+"""The grader: submissions in, judges shared by the submissions of every notebook, scores and the report out.
 
 ``python -m course.grading --submissions DIR --out DIR`` (``--help`` for the limits). Each
 submission is read and turned into the judge's requests (``submission``: its answer cells put into
@@ -124,20 +124,23 @@ def _finish_safely(prepared: Prepared, run: Run | Exception, config: GradingConf
 
 
 def _runs(batch: list[Prepared], config: GradingConfig, sandbox: str, guard: FileGuard | None,
-          subordinate: Subordinate | None) -> dict[str, Run | Exception]:
-    """The judges' runs of one notebook's submissions, all on shared judges; if that fails (a
-    grader error), each submission again on a judge of its own, so that an error costs only the
-    submission it happened in."""
-    work = [(p.student, p.requests) for p in batch]
+          subordinate: Subordinate | None) -> dict[tuple[str, str], Run | Exception]:
+    """The judges' runs of the submissions, by ``(notebook, student)``, all on shared judges (every
+    notebook's: each judge's zygote imports torch once for them all); if that fails (a grader error),
+    each submission again on a judge of its own, so that an error costs only the submission it
+    happened in."""
+    work = [((p.source_path.stem, p.student), p.requests) for p in batch]
+    names = {p.source_path.stem for p in batch}
     try:
-        return run_notebooks(work, config, sandbox, guard, subordinate, name=batch[0].source_path.stem)
+        return run_notebooks(work, config, sandbox, guard, subordinate,
+                             name=names.pop() if len(names) == 1 else "notebooks")
     except Exception:  # noqa: BLE001 - retried one by one below
-        runs: dict[str, Run | Exception] = {}
-        for student, requests in work:
+        runs: dict[tuple[str, str], Run | Exception] = {}
+        for label, requests in work:
             try:
-                runs[student] = run_notebook(requests, student, config, sandbox, guard, subordinate)
+                runs[label] = run_notebook(requests, label, config, sandbox, guard, subordinate)
             except Exception as error:  # noqa: BLE001 - one broken submission must not stop the rest
-                runs[student] = error
+                runs[label] = error
         return runs
 
 
@@ -178,7 +181,7 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
             prepared.append(prepare(student, sources[name], path, config))
         except Exception as error:  # noqa: BLE001 - one broken submission must not stop the rest
             prepared.append(_grader_error(student, sources[name], error))
-    batches: dict[str, list[Prepared]] = {}  # one notebook's submissions share judges
+    batches: dict[str, list[Prepared]] = {}  # by notebook: the judges take them one notebook after another
     runs: dict[tuple[str, str], Run | Exception] = {}
     for ready in prepared:
         if isinstance(ready, Prepared) and ready.needs_judge:
@@ -187,7 +190,8 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
             runs[(ready.source_path.stem, ready.student)] = Run()
     for name, batch in batches.items():
         print(f"grading {shown(name)}: {len(batch)} submission(s) ...", flush=True)
-        runs.update({(name, s): run for s, run in _runs(batch, config, sandbox, guard, subordinate).items()})
+    if batches:  # every notebook's submissions share judges
+        runs.update(_runs([p for batch in batches.values() for p in batch], config, sandbox, guard, subordinate))
     results: list[Result] = []
     integrity: list[Integrity] = []
     for (student, name, _), ready in zip(found, prepared, strict=True):

@@ -6,9 +6,10 @@ uid of its own as root, and as an ordinary user with subordinate uids: ``uids``)
 the setup cells and exercises one request at a time, puts each exercise's checker into cgroups
 of the exercise's own where the machine gives them (``cgroups``) and names the limit it hit,
 checks the repository after every reply when there is no sandbox, and starts a new judge for
-the exercises that are left when one is killed. One judge grades every submission of a notebook
-in turn (each opened by ``begin``, which gives it a fresh template inside the judge). Only the
-fields it knows are kept from each reply. The threat model is in ``course/grading/__init__.py``.
+the exercises that are left when one is killed. One judge grades every submission of a grading
+run in turn, of every notebook (each opened by ``begin``, which gives it a fresh template inside the
+judge and the working copy as the judge found it). Only the fields it knows are kept from each reply.
+The threat model is in ``course/grading/__init__.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -212,13 +213,12 @@ def _workdir(tmp: Path, uid: JudgeUid | None) -> Path:
 
 def setup_imports(requests: list[dict]) -> list[str]:
     """The modules the setup cells import (absolute imports, in order): the judge's zygote imports
-    them once, so that each submission's template does not import torch again."""
+    them once, so that each submission's template does not import torch again. ``requests`` may be
+    several submissions' (of several notebooks) one after the other: each cell is read once."""
     names: list[str] = []
-    for request in requests:
-        if request["op"] != "setup":
-            continue
+    for code in dict.fromkeys(r["code"] for r in requests if r["op"] == "setup"):
         try:
-            tree = ast.parse(request["code"])
+            tree = ast.parse(code)
         except SyntaxError:
             continue
         for node in ast.walk(tree):
@@ -229,8 +229,12 @@ def setup_imports(requests: list[dict]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _judge(work: list[tuple[str, list[dict]]], tmp: Path, config: GradingConfig, sandbox: str,
-           uid: JudgeUid | None, guard: FileGuard | None, runs: dict[str, Run]) -> list[tuple[str, list[dict]]]:
+#: One submission's work for the judges: its label (a student, or a (notebook, student) pair) and requests.
+Work = tuple[Hashable, list[dict]]
+
+
+def _judge(work: list[Work], tmp: Path, config: GradingConfig, sandbox: str, uid: JudgeUid | None,
+           guard: FileGuard | None, runs: dict[Hashable, Run]) -> list[Work]:
     """Send each submission's requests to one judge until done or it stops; returns the work left."""
     inside = WORKDIR if sandbox == "bwrap" else tmp / "work"
     cgroups = Cgroups.create(config.memory_mb, config.processes)
@@ -239,7 +243,7 @@ def _judge(work: list[tuple[str, list[dict]]], tmp: Path, config: GradingConfig,
               "processes": config.processes, "open_files": config.open_files, "file_mb": config.file_mb,
               "shm": "/dev/shm" if sandbox == "bwrap" else None,  # the sandbox's own: emptied per exercise
               "work_tmpfs": sandbox == "bwrap", "cgroups": sorted(cgroups.roots) if cgroups else [],
-              "preload": setup_imports(work[0][1])}
+              "preload": setup_imports([r for _, requests in work for r in requests])}
     try:
         with open(tmp / "judge.err", "wb") as errors:
             proc = subprocess.Popen([*_prefix(config, sandbox, uid), *judge_command(limits)],
@@ -255,8 +259,8 @@ def _judge(work: list[tuple[str, list[dict]]], tmp: Path, config: GradingConfig,
             cgroups.remove()
 
 
-def _serve(proc: subprocess.Popen, work: list[tuple[str, list[dict]]], config: GradingConfig,
-           guard: FileGuard | None, runs: dict[str, Run], cgroups: Cgroups | None) -> list[tuple[str, list[dict]]]:
+def _serve(proc: subprocess.Popen, work: list[Work], config: GradingConfig, guard: FileGuard | None,
+           runs: dict[Hashable, Run], cgroups: Cgroups | None) -> list[Work]:
     """Each submission in turn, opened by ``begin`` (a fresh template in the judge); returns the
     work left when the judge stops: the rest of the submission it stopped in, then the others.
 
@@ -266,21 +270,21 @@ def _serve(proc: subprocess.Popen, work: list[tuple[str, list[dict]]], config: G
     """
     buffer = bytearray()
     place = _placer(proc, cgroups) if cgroups is not None else None
-    for index, (student, requests) in enumerate(work):
+    for index, (label, requests) in enumerate(work):
         deadline = time.monotonic() + config.timeout
         reply = exchange(proc, buffer, {"op": "begin"}, config, deadline)
         if reply is None or reply.get("op") != "begin" or reply.get("ok") is not True:
             if index:
                 return work[index:]
             why = "the judge did not start a fresh template (it was killed or stopped answering)"
-            runs[student].fatal.update({r["key"]: why for r in requests if r["op"] == "exercise"})
+            runs[label].fatal.update({r["key"]: why for r in requests if r["op"] == "exercise"})
             return work[1:]
-        left = _serve_one(proc, buffer, requests, config, deadline, guard, runs[student], cgroups, place)
+        left = _serve_one(proc, buffer, requests, config, deadline, guard, runs[label], cgroups, place)
         if left is not None:
             exercises = [r for r in left if r["op"] == "exercise"]
             # A new judge: the setup cells again, then the exercises after the one that stopped this one.
             rest = [r for r in requests if r["op"] in ("setup", "answer") or r in exercises] if exercises else []
-            return ([(student, rest)] if rest else []) + work[index + 1:]
+            return ([(label, rest)] if rest else []) + work[index + 1:]
     return []
 
 
@@ -335,14 +339,14 @@ def _stop(proc: subprocess.Popen, uid: JudgeUid | None) -> None:
         kill_uid(uid.host)
 
 
-def run_notebooks(work: list[tuple[str, list[dict]]], config: GradingConfig, sandbox: str,
-                  guard: FileGuard | None, subordinate: Subordinate | None = None,
-                  name: str = "notebook") -> dict[str, Run]:
-    """Run every submission's requests of one notebook (``(student, requests)`` in turn) on as few
-    judges as possible: one, and a new one (setup again) after one stopped. An ordinary user's
-    judges run under ``subordinate`` uids where given (``own_uids``)."""
-    runs = {student: Run() for student, _ in work}
-    left = [(s, requests) for s, requests in work if any(r["op"] == "exercise" for r in requests)]
+def run_notebooks(work: list[Work], config: GradingConfig, sandbox: str, guard: FileGuard | None,
+                  subordinate: Subordinate | None = None, name: str = "notebook") -> dict[Hashable, Run]:
+    """Run every submission's requests (``(label, requests)`` in turn, of one notebook or of several)
+    on as few judges as possible: one, and a new one (setup again) after one stopped. Its zygote
+    imports what the setup cells of them all import. An ordinary user's judges run under
+    ``subordinate`` uids where given (``own_uids``)."""
+    runs = {label: Run() for label, _ in work}
+    left = [(label, requests) for label, requests in work if any(r["op"] == "exercise" for r in requests)]
     while left:
         uid = judge_uid(subordinate) if may_drop(config, sandbox) else None
         with tempfile.TemporaryDirectory(prefix=f"grade-{name}-") as tmp:
@@ -352,10 +356,10 @@ def run_notebooks(work: list[tuple[str, list[dict]]], config: GradingConfig, san
     return runs
 
 
-def run_notebook(requests: list[dict], student: str, config: GradingConfig, sandbox: str,
+def run_notebook(requests: list[dict], label: Hashable, config: GradingConfig, sandbox: str,
                  guard: FileGuard | None, subordinate: Subordinate | None = None) -> Run:
     """``run_notebooks`` for one submission."""
-    return run_notebooks([(student, requests)], config, sandbox, guard, subordinate)[student]
+    return run_notebooks([(label, requests)], config, sandbox, guard, subordinate)[label]
 
 
 def _needed(config: GradingConfig) -> list[Path]:

@@ -1,8 +1,9 @@
 """The classroom run: every exercise notebook graded as an instructor hands it out and collects it.
 
 The instructor sources grade full marks through the answer/checker channel (ex04-ex07's torchrun jobs
-included), the student versions as committed score zero as not attempted, and an answer that passed
-an older check fails the current one. Its own file, so that ``--dist loadfile`` can run it beside
+included), the student versions as committed score zero as not attempted (without a judge: they are run
+top to bottom in tests/system/test_assignments_processes.py), an answer that passed an older check fails
+the current one, and one judge grades them all. Its own file, so that ``--dist loadfile`` can run it beside
 tests/system/test_grading.py's hostile submissions instead of after them.
 """
 
@@ -15,6 +16,7 @@ import nbformat
 import pytest
 
 from course.assignments import exercises_dir, exercises_of, solutions_dir
+from course.grading import judges
 from course.grading.config import GradingConfig
 from course.grading.grader import grade
 from course.grading.sandbox import choose_sandbox
@@ -51,8 +53,8 @@ CLASSROOM_TIMEOUT = 900
 
 @pytest.fixture(scope="module")
 def classroom(tmp_path_factory):
-    """Every exercise notebook handed in by three students, graded in one run (each notebook's
-    submissions share a judge): the instructor (the solutions), "blank" (the student versions,
+    """Every exercise notebook handed in by three students, graded in one run (every submission of
+    every notebook on one judge): the instructor (the solutions), "blank" (the student versions,
     untouched) and "lister" (ex03's student version, its Exercise 2 answered with ``_KEEPS_THE_LIST``)."""
     root = tmp_path_factory.mktemp("classroom")
     sources = sorted(solutions_dir().glob("ex*.ipynb"))
@@ -66,15 +68,23 @@ def classroom(tmp_path_factory):
     nbformat.write(with_answers(source, {"ex2": _KEEPS_THE_LIST}, {}), root / "subs" / "lister" / name)
     # The instructor's own sources and the committed student versions: trusted where no sandbox works.
     config = GradingConfig(root / "subs", root / "out", repo=REPO, cell_timeout=150, trusted=not BWRAP)
-    results, _ = grade(config)
-    return sources, results
+    started, start = [], judges._judge  # the submissions each judge was given
+
+    def judge(work, *args):
+        started.append([label for label, _ in work])
+        return start(work, *args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(judges, "_judge", judge)
+        results, _ = grade(config)
+    return sources, results, started
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(CLASSROOM_TIMEOUT)
 def test_the_instructor_solutions_score_full_marks_in_every_notebook(classroom):
     """Every check of every exercise notebook works through the answer/checker channel."""
-    sources, results = classroom
+    sources, results, _ = classroom
     mine = [r for r in results if r.student == "instructor"]
     assert len({r.exercise.split("/")[0] for r in mine}) == len(sources) == 7
     assert [r for r in mine if r.points != r.max_points] == []
@@ -82,8 +92,18 @@ def test_the_instructor_solutions_score_full_marks_in_every_notebook(classroom):
 
 @pytest.mark.slow
 @pytest.mark.timeout(CLASSROOM_TIMEOUT)
+def test_one_judge_grades_every_notebook_and_a_blank_notebook_none(classroom):
+    """Each judge's zygote imports torch and the setup's libraries (3 CPU seconds): one for the run,
+    not one per notebook; the student versions as handed out need no judge at all."""
+    sources, _, started = classroom
+    wanted = [(source.stem, "instructor") for source in sources] + [("ex03_efficient_pipelines", "lister")]
+    assert len(started) == 1 and sorted(started[0]) == sorted(wanted), started
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(CLASSROOM_TIMEOUT)
 def test_the_student_versions_score_zero_as_not_attempted(classroom):
-    sources, results = classroom
+    sources, results, _ = classroom
     blank = [r for r in results if r.student == "blank"]
     assert len(blank) == len([r for r in results if r.student == "instructor"]), "every exercise has a row"
     assert [r for r in blank if r.points or "not attempted" not in r.message] == []
@@ -93,7 +113,7 @@ def test_the_student_versions_score_zero_as_not_attempted(classroom):
 @pytest.mark.timeout(CLASSROOM_TIMEOUT)
 def test_a_dataset_that_serves_a_kept_list_fails_the_compact_index_exercise(classroom):
     """Issue 29: ex03 Exercise 2 is checked by what its arrays mean, not by what vars() shows."""
-    _, results = classroom
+    _, results, _ = classroom
     rows = {r.exercise.rsplit("/", 1)[1]: r for r in results if r.student == "lister"}
     assert rows["ex2"].points == 0 and "must be the length of self.labels" in rows["ex2"].message, rows["ex2"]
     assert all(r.points == 0 and "not attempted" in r.message for k, r in rows.items() if k != "ex2"), rows

@@ -257,22 +257,27 @@ _CLIMB = """def _parent(pid):
 
 
 def test_one_judge_grades_the_submissions_in_turn_and_sabotage_costs_only_its_author(tmp_path, monkeypatch):
-    """Submissions share a judge, each from a fresh template with only its own earlier answers; one
-    that stops the zygote or kills its template leaves its own points as they are and the next
-    submission is graded on a fresh judge, in full."""
+    """Submissions share a judge (of one notebook or of several), each from a fresh template with only
+    its own earlier answers and without the files an earlier one's setup left; one that stops the zygote
+    or kills its template leaves its own points as they are and the next submission is graded on a
+    fresh judge, in full."""
     judges_started = []
     start = judges._judge
     monkeypatch.setattr(judges, "_judge", lambda work, *a: judges_started.append(len(work)) or start(work, *a))
     setup = {"op": "setup", "index": 0, "code": "seen = []"}
+    writes = {"op": "setup", "index": 0, "code": "from pathlib import Path\nseen = []\n"
+              "Path('left-by-p').mkdir()\nPath('left-by-p/setup.txt').write_text('p')"}
+    looks = {"op": "setup", "index": 0, "code": "import os\nseen = []\nfound = sorted(os.listdir('.'))"}
     uses_g = _exercise("uses", "def f():\n    return g()", "assert f() == 1 and seen == []")
     stops_zygote = _CLIMB + ("def f():\n    import os, signal\n    template = _parent(os.getppid())\n"
                              "    os.kill(_parent(template), signal.SIGSTOP)\n    return 1")
     kills_template = _CLIMB + "def f():\n    import os, signal\n    os.kill(_parent(os.getppid()), signal.SIGKILL)\n" \
         "    return 1"
     work = [
-        ("p", [setup, _exercise("defines", "def g():\n    seen.append(1)\n    return 1\n\ndef f():\n    return g()"),
-               uses_g]),
-        ("q", [setup, uses_g]),  # p's g is not an earlier answer of q's
+        ("p", [writes, _exercise("defines", "def g():\n    seen.append(1)\n    return 1\n\ndef f():\n    return g()",
+                                 "assert f() == 1 and Path('left-by-p/setup.txt').read_text() == 'p'"), uses_g]),
+        ("q", [looks, uses_g,  # p's g is not an earlier answer of q's, nor are p's setup files there
+               _exercise("clean", "def f():\n    return 1", "assert 'left-by-p' not in found, found")]),
         ("r", [setup, _exercise("stops", stops_zygote)]),
         ("s", [setup, _exercise("honest", "def f():\n    return 1")]),
         ("t", [setup, _exercise("kills", kills_template)]),
@@ -282,7 +287,9 @@ def test_one_judge_grades_the_submissions_in_turn_and_sabotage_costs_only_its_au
                            trusted=True)
     runs = run_notebooks(work, config, "none", None)
     assert runs["p"].replies["uses"]["check_error"] is None, "an exercise sees its own earlier answers"
+    assert runs["p"].replies["defines"]["check_error"] is None, runs["p"].replies["defines"]
     assert "NameError" in runs["q"].replies["uses"]["check_error"], "but not another submission's"
+    assert runs["q"].replies["clean"]["check_error"] is None, "the judge removed what p's setup cells left"
     assert runs["r"].replies["stops"]["check_error"] is None, "stopping the zygote after its answer ran costs r nothing"
     assert "killed" in runs["t"].fatal["kills"], "killing its own template costs t that exercise"
     for honest in ("s", "u"):

@@ -18,14 +18,14 @@ daemons come back to it), names a filled working copy or ``/dev/shm``, removes t
 were created, and, if a file that existed before was changed by the answer, says so and
 stops: the grader starts a fresh judge for the rest.
 
-One judge grades every submission of a notebook in turn, each opened by ``begin``: the judge
-kills the last template and the zygote forks a fresh one, so every submission's setup cells run
-from the same clean state (the zygote runs no cell and reads no request), and the earlier answers
-an exercise sees are its own submission's. An answer runs under the judge's uid and may signal
-the zygote or its template: a zygote that forks no template makes ``begin`` fail, and a template
-that no longer answers after an exercise makes the reply say ``restart``; either way the grader
-starts a fresh judge for what is left, and no other submission pays for it. The threat model is
-in ``course/grading/__init__.py``.
+One judge grades every submission in turn (of every notebook the grader was given), each opened
+by ``begin``: the judge kills the last template, removes the files its setup cells left, and the
+zygote forks a fresh one, so every submission's setup cells run from the same clean state (the
+zygote runs no cell and reads no request), and the earlier answers an exercise sees are its own
+submission's. An answer runs under the judge's uid and may signal the zygote or its template: a
+zygote that forks no template makes ``begin`` fail, and a template that no longer answers after an
+exercise makes the reply say ``restart``; either way the grader starts a fresh judge for what is
+left, and no other submission pays for it. The threat model is in ``course/grading/__init__.py``.
 """
 
 from __future__ import annotations
@@ -225,6 +225,20 @@ def _exercise(request: dict, template: Template, limits: dict, io: tuple, reserv
     return {"op": "result", "key": request["key"], **result}
 
 
+def _found(limits: dict) -> dict[str, set[str]]:
+    """What the working copy and ``/dev/shm`` hold before any setup cell ran (the zygote's imports
+    may have written caches in HOME: they stay)."""
+    shm = limits.get("shm")
+    return {folder: listing(folder) for folder in (os.getcwd(), shm) if folder and os.path.isdir(folder)}
+
+
+def _as_found(found: dict[str, set[str]]) -> None:
+    """Remove what the last submission's setup cells left, so that setup files do not pile up over a
+    judge's submissions (of every notebook, in the sandbox's bounded working copy)."""
+    for folder, before in found.items():
+        remove_new(folder, before)
+
+
 def _prctl(option: int, value: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(option, value, 0, 0, 0) != 0:
@@ -283,12 +297,15 @@ def main(argv: list[str] | None = None) -> int:
     template: Template | None = None
     # after the zygote: no template, checker or answer process holds the reserve
     reserve = Reserve(os.getcwd(), limits["file_mb"]) if limits.get("work_tmpfs") else None
+    found: dict[str, set[str]] | None = None  # the files the first submission's setup cells found
     while line := requests.readline():
         request = json.loads(line)
         if request["op"] == "begin" or template is None:  # a fresh template, no earlier answers
             if template is not None:
                 template.close()
+                _as_found(found or {})  # the next setup cells find the files the first ones found
             template, earlier = zygote.template(), []
+            found = _found(limits) if found is None else found  # once the zygote's imports are done
         if request["op"] == "begin":  # the next submission
             reply = {"op": "begin", "ok": template is not None}
         elif template is None:
