@@ -1,4 +1,4 @@
-"""The per-file durations of the last full run, so the two pytest workers stay balanced.
+"""The per-file durations of the last full run, so the pytest workers stay balanced.
 
 ``--dist loadfile`` hands each worker whole files in collection order. With files of 1 s and of
 100 s, the order decides the wall time: a long file started last keeps one worker busy while the

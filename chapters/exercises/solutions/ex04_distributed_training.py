@@ -156,6 +156,8 @@ if __name__ == "__main__":
 
 # %%
 def run_ddp(script: Path, out: Path, ranks: int = 2) -> str:
+    if "NotImplementedError" in script.read_text():  # an unanswered exercise: no torchrun launch
+        raise NotImplementedError(f"{script.name} still raises NotImplementedError")
     out.mkdir(parents=True, exist_ok=True)
     command = torchrun_command(str(script), ["--out", str(out)], nproc_per_node=ranks)
     done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=launch_env(threads=1),

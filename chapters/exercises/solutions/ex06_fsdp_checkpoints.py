@@ -321,6 +321,8 @@ from common.ddp.launch import launch_env, torchrun_command
 def run_fsdp(script: Path, folder: Path, ranks: int, *extra: str, max_restarts: int = 0) -> subprocess.CompletedProcess:
     """``script --checkpoint folder/ckpt --out folder/final.pt`` on ``ranks`` processes, finished
     (``max_restarts``: how often torchrun's agent may restart the group)."""
+    if "NotImplementedError" in script.read_text():  # an unanswered exercise: no torchrun launch
+        raise NotImplementedError(f"{script.name} still raises NotImplementedError")
     args = ["--checkpoint", str(folder / "ckpt"), "--out", str(folder / "final.pt"), *extra]
     command = torchrun_command(str(script), args, nproc_per_node=ranks, max_restarts=max_restarts)
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=launch_env(threads=1),
@@ -641,6 +643,8 @@ import json
 
 def run_driver(folder: Path, ranks: int = 2) -> tuple[dict, dict]:
     """``wrap_driver.py --out folder/report`` on ``ranks`` processes: (report, weights)."""
+    if "NotImplementedError" in (WORK / "wrapping.py").read_text():  # an unanswered exercise: no torchrun launch
+        raise NotImplementedError("wrapping.py still raises NotImplementedError")
     folder.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(torchrun_command(str(WORK / "wrap_driver.py"), ["--out", str(folder / "report")],
                                            nproc_per_node=ranks),
