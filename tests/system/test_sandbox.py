@@ -8,6 +8,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -251,3 +252,36 @@ def test_an_ordinary_users_judges_get_subordinate_uids_of_their_own(tmp_path):
     subgid.write_text(f"{me}:400000\n")
     with pytest.raises(ValueError, match=f"{subgid} row 1: expected NAME:START:COUNT"):
         ranges(subgid, {me})
+
+
+#: Run inside the sandbox by the next test, from the working copy: a checkout bound below /tmp.
+_BOUND_BELOW_TMP = """
+import os, sys
+checkout, repo = sys.argv[1:]
+sys.path[:0] = ["/tmp", checkout, repo]
+from course.grading.inside.processes import preload
+from course.grading.inside.space import listing
+open("/tmp/written_by_setup.py", "w").write("raise AssertionError('imported before its setup cell')")
+preload(["from_the_checkout", "written_by_setup"])
+print("from_the_checkout" in sys.modules, "written_by_setup" in sys.modules)
+found = listing("/tmp")
+print(checkout in found, any(p.startswith(checkout + "/") for p in found), "/tmp/written_by_setup.py" in found)
+"""
+
+
+@pytest.mark.skipif(choose_sandbox("auto")[0] != "bwrap", reason="bubblewrap does not work here")
+def test_a_checkout_below_tmp_is_the_repositorys_not_the_working_copys():
+    """A CI clone lies below /tmp: the sandbox binds its allowed folders into the working copy (its
+    /tmp), read-only. The judge's zygote still preloads their modules, and the judge's listings of the
+    working copy (before and after every exercise) do not walk them: 110 -> 25 CPU s for
+    tests/system/test_grading.py in a clone below /tmp, whose 6 GB venv was walked each time."""
+    checkout = Path(tempfile.mkdtemp(dir="/tmp", prefix="clone-"))
+    try:
+        (checkout / "from_the_checkout.py").write_text("VALUE = 1\n")
+        done = subprocess.run([*bwrap_prefix([checkout, REPO / "course", *PYTHON], work_mb=8, shm_mb=4),
+                               sys.executable, "-c", _BOUND_BELOW_TMP, str(checkout), str(REPO)],
+                              capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        shutil.rmtree(checkout)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "True", "False", "True"], done.stdout

@@ -132,19 +132,25 @@ def preload(names: list[str]) -> None:
     """Import the modules the setup cells import (the grader names them), once for every template.
 
     Only modules found outside the working copy (the repository's packages, the venv's): one the
-    setup cells write into the working copy, or find there, is theirs to import. One that fails
-    is left to its setup cell, which reports it.
+    setup cells write into the working copy, or find there, is theirs to import. A checkout below
+    the host's ``/tmp`` is bound into the working copy read-only, on a file system of its own: its
+    modules are the repository's. One that fails is left to its setup cell, which reports it.
     """
     here = Path.cwd().resolve()
     for name in names:
         try:
             spec = importlib.util.find_spec(name.partition(".")[0])
-            if spec is None or not spec.origin or Path(spec.origin).resolve().is_relative_to(here):
+            if spec is None or not spec.origin or _in_working_copy(Path(spec.origin).resolve(), here):
                 continue
             importlib.import_module(name)
         except Exception:  # noqa: BLE001, S112 - the setup cell that imports it says why
             continue
     settle_imports()
+
+
+def _in_working_copy(path: Path, here: Path) -> bool:
+    """Whether ``path`` lies in the working copy ``here`` on its own (writable) file system."""
+    return path.is_relative_to(here) and path.stat().st_dev == here.stat().st_dev
 
 
 def _zygote(sock: socket.socket, module: types.ModuleType, limits: dict) -> None:

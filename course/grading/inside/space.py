@@ -7,7 +7,9 @@ takes all but ``file_mb`` MiB of what is free into a reserve: a file without a n
 answer process has it), so the files of one exercise together can take exactly ``file_mb`` MiB,
 whatever the setup left. After the exercise a filled working copy or ``/dev/shm`` is named in its
 result (``space_hit``), and the judge removes the files it created (``listing``, ``remove_new``)
-and names those of the setup it changed (``file_stats``, ``changed_files``).
+and names those of the setup it changed (``file_stats``, ``changed_files``). A checkout that lies
+below ``/tmp`` on the host (a CI clone) is bound into the working copy read-only: ``walk`` stays on
+the working copy's own file system, so none of these reads the bound folders (a venv of 6 GB).
 """
 
 from __future__ import annotations
@@ -54,10 +56,28 @@ def space_hit(root: str, shm: str | None, limits: dict, reserve: Reserve | None)
     return None
 
 
-def listing(root: str) -> set[str]:
-    """Every file and folder under ``root``."""
-    found = set()
+def walk(root: str):
+    """``os.walk(root)`` that does not enter a folder on another file system than ``root`` (a
+    read-only bind of an allowed folder into the working copy): nothing there can change."""
+    device = os.lstat(root).st_dev
     for folder, dirs, names in os.walk(root):
+        inside = [d for d in dirs if _device(os.path.join(folder, d)) == device]
+        names += [d for d in dirs if d not in inside]  # listed, not entered
+        dirs[:] = inside
+        yield folder, dirs, names
+
+
+def _device(path: str) -> int | None:
+    try:
+        return os.lstat(path).st_dev
+    except OSError:
+        return None
+
+
+def listing(root: str) -> set[str]:
+    """Every file and folder under ``root`` (on its file system)."""
+    found = set()
+    for folder, dirs, names in walk(root):
         found.update(os.path.join(folder, n) for n in (*dirs, *names))
     return found
 
@@ -74,7 +94,7 @@ def remove_new(root: str, before: set[str]) -> None:
 def file_stats(root: str) -> dict[str, tuple]:
     """Regular files under ``root`` (but the output log) and what would show any change to them."""
     found = {}
-    for folder, _, names in os.walk(root):
+    for folder, _, names in walk(root):
         for name in names:
             path = os.path.join(folder, name)
             try:
