@@ -54,7 +54,7 @@ import torch
 from torch import nn
 
 from common import get_device, seed_everything
-from common.ddp.launch import run_command
+from common.ddp.launch import run_command, torchrun_command
 from common.fsdp.bench import BenchConfig, compare
 from common.fsdp.meta import load_full_state_dict, materialize
 from common.fsdp.sharding import bytes_per_rank, shard_model
@@ -178,12 +178,13 @@ if __name__ == "__main__":
 
 # %% [markdown]
 # Run it once as one process and once with `torchrun` on 2 processes (gloo), as subprocesses, and
-# collect what each rank printed:
+# collect what each rank printed. `torchrun_command` (chapter 4.1) builds the `torchrun --standalone
+# --nproc-per-node=2 fsdp_script.py` command line:
 
 # %%
 script = str(RUNS / "fsdp_script.py")
 run_command([sys.executable, script])
-run_command([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", script])
+run_command(torchrun_command(script, nproc_per_node=2))
 ranks = pd.DataFrame([json.loads(p.read_text()) for p in sorted(RUNS.glob("rank*_of_*.json"))])
 ranks
 
@@ -375,7 +376,7 @@ if __name__ == "__main__":
 
 # %%
 idioms = str(RUNS / "fsdp_idioms.py")
-run_command([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", idioms])
+run_command(torchrun_command(idioms, nproc_per_node=2))
 report = pd.DataFrame([json.loads(p.read_text()) for p in sorted(RUNS.glob("idioms_rank*.json"))])
 report = report.set_index("rank")
 report.T

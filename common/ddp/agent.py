@@ -9,11 +9,16 @@ the agent imported. torchrun's agent imports torch only; each worker then import
 (``PRELOAD``), then calls torchrun's own ``main`` with the same arguments: the same agent,
 rendezvous, restarts and worker variables as ``python -m torch.distributed.run``. Spawned workers
 would import everything again whatever the agent holds, so ``torchrun_command`` uses it only to fork.
+
+A forked worker runs its script with ``runpy.run_path``, which does not put the script's folder first
+on ``sys.path`` as ``python script.py`` does; this agent puts it there before it forks
+(``script_folder_first``), so a script that imports a module beside it runs forked too (chapter 6.1's).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -27,9 +32,22 @@ def preload() -> None:
         importlib.import_module(name)
 
 
+def script_folder_first(argv: Sequence[str]) -> None:
+    """With ``--run-path`` (torchrun's flag: run the script in the forked worker's interpreter), put
+    the script's folder first on ``sys.path``, where ``python script.py`` has it. torchrun's own
+    parser reads ``argv``, so an argument of the script is never taken for one of torchrun's."""
+    from torch.distributed.run import get_args_parser
+
+    args = get_args_parser().parse_args(list(argv))
+    if args.run_path:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(args.training_script)))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Preload, then run torchrun's agent on ``argv`` (default: this command line's arguments)."""
+    """Preload, put a ``--run-path`` script's folder first on ``sys.path``, then run torchrun's agent
+    on ``argv`` (default: this command line's arguments)."""
     preload()
+    script_folder_first(sys.argv[1:] if argv is None else argv)
     from torch.distributed.run import main as torchrun
 
     torchrun(None if argv is None else list(argv))

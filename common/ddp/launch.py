@@ -70,9 +70,10 @@ def worker_entry(target: str, args: Sequence[str] = (), *, fork_workers: bool | 
     in ``.py``): ``-m module args`` or ``script args``; with ``fork_workers`` (``None``: under
     ``make test`` only) ``--start-method=fork --run-path FILE args`` (``torchrun_command``).
     A forked worker runs the file with ``runpy.run_path``, which does not put the script's folder
-    first on ``sys.path`` as ``python script.py`` does: a script that imports a module beside it
-    needs ``fork_workers=False`` (chapter 6.1's do), and so does one whose stack dumps are read
-    frame by frame (chapter 4.2's hang), since forked workers carry torchrun's frames below.
+    first on ``sys.path`` as ``python script.py`` does; ``common.ddp.agent`` puts it there, so a
+    script that imports a module beside it (chapter 6.1's) needs its agent (``torchrun_command``).
+    One whose stack dumps are read frame by frame (chapter 4.2's hang) needs ``fork_workers=False``,
+    since forked workers carry torchrun's frames below.
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """

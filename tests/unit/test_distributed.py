@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -148,7 +149,20 @@ def test_the_forking_agent_imports_the_workers_libraries_then_runs_torchrun_on_t
     calls = []
     monkeypatch.setattr(agent.importlib, "import_module", lambda name: calls.append(("import", name)))
     monkeypatch.setattr(torchrun, "main", lambda args=None: calls.append(("torchrun", args)))
-    agent.main(("--standalone", "--start-method=fork", "--run-path", "train.py", "--tiny"))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    agent.main(("--standalone", "--start-method=fork", "--run-path", "/runs/06_1/train.py", "--tiny"))
     assert calls == [*(("import", name) for name in agent.PRELOAD),
-                     ("torchrun", ["--standalone", "--start-method=fork", "--run-path", "train.py", "--tiny"])]
+                     ("torchrun", ["--standalone", "--start-method=fork", "--run-path", "/runs/06_1/train.py",
+                                   "--tiny"])]
     assert "torchvision.transforms.v2" in agent.PRELOAD and "pandas" in agent.PRELOAD
+    assert sys.path[0] == "/runs/06_1", "a forked worker imports what lies beside its script, as `python script.py`"
+
+
+def test_the_forking_agent_leaves_sys_path_alone_without_run_path(monkeypatch):
+    from common.ddp import agent
+
+    before = list(sys.path)
+    monkeypatch.setattr(sys, "path", list(before))
+    # --run-path here is the script's own argument (after the module), not torchrun's flag
+    agent.script_folder_first(["--standalone", "--nproc-per-node=2", "-m", "common.x", "--run-path", "/elsewhere/x.py"])
+    assert sys.path == before
