@@ -820,7 +820,7 @@ show_diff(ddp, ddp_cached, before_name="ddp.py", after_name="ddp_cached.py")
 # with 32 each), for the throughput and the learning curves below:
 
 # %%
-NUM_EPOCHS = sized(12, quick=2)  # 12; 2 under `make test` (common/quick.py)
+NUM_EPOCHS = sized(12, quick=1)  # 12; 1 under `make test` (common/quick.py)
 cache_arg = ["--cache", os.path.relpath(cache.root.parent)]
 epochs_arg = ["--num-epochs", str(NUM_EPOCHS)]
 printed2 = torchrun_script(RUNS / "ddp_cached.py", 2, "--out", str(RUNS / "cached2"), *epochs_arg, *cache_arg)
