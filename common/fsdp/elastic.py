@@ -87,7 +87,7 @@ def elastic_command(module: str, args: Sequence[str] = (), *, endpoint: str, min
                     join_timeout: float = 60, keep_alive_interval: int | None = None,
                     keep_alive_max_attempt: int | None = None,
                     is_host: bool | None = None, fork_workers: bool | None = None) -> list[str]:
-    """One elastic agent's ``torchrun ... -m module args`` command line, for ``subprocess``.
+    """One elastic agent's ``torchrun ... -m module args`` (or ``script.py args``) command line.
 
     ``last_call_timeout`` (default 30 s in torch) is how long a rendezvous that has
     ``min_nodes`` waits for more; ``join_timeout`` bounds how long an agent waits at all.

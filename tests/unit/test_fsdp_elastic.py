@@ -1,5 +1,6 @@
-"""Tests for common/fsdp/elastic.py (the live join and leave run in chapters/06_4, under nbval;
-a guest with other settings, live: tests/system/test_fsdp_train.py)."""
+"""Tests for common/fsdp/elastic.py (the live join and leave run in chapters/06_4, under nbval, and
+the leave again in ex06 Exercise 9, graded by tests/system/test_grading_classroom.py; a guest with
+other settings, live: tests/system/test_fsdp_train.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,16 @@ def test_elastic_command_is_a_c10d_rendezvous_of_one_to_two_agents():
             "--max-restarts=0"} <= set(command)
     assert "--rdzv-conf=last_call_timeout=1,join_timeout=60" in command
     assert command[-3:] == ["-m", "common.fsdp.train", "--tiny"]
+
+
+def test_elastic_command_runs_a_script_as_its_workers_too(tmp_path):
+    """ex06 Exercise 9 stages chapter 6.4's leave with a learner's script, not a module."""
+    script = tmp_path / "elastic_train.py"
+    command = elastic_command(str(script), ["--steps", "3"], endpoint="127.0.0.1:29555", fork_workers=False)
+    assert "-m" not in command[3:] and command[-3:] == [str(script), "--steps", "3"]
+    forked = elastic_command(str(script), ["--steps", "3"], endpoint="127.0.0.1:29555", fork_workers=True)
+    assert forked[:3] == [sys.executable, "-m", "torch.distributed.run"]  # torchrun's own agent
+    assert forked[-5:] == ["--start-method=fork", "--run-path", str(script.resolve()), "--steps", "3"]
 
 
 def test_read_log_skips_a_line_still_being_written(tmp_path):

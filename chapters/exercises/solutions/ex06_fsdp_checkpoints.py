@@ -9,7 +9,7 @@
 # - Debugging, from what the ranks print, a checkpoint that a job on another number of processes cannot load.
 # - Resuming a `StatefulDataLoader` with workers to the same batches, across epochs.
 # - Wrapping a model for FSDP2 by a size rule, and checking its DTensor placements and weights on 2 ranks.
-# - Debugging a job that an elastic agent's restart sends back to step 0.
+# - Debugging a job that loses one of its two elastic agents and must go on at world size 1.
 #
 # Nine exercises, 22 points, from warm-up to challenging. They accompany the chapter 6 notebooks (06_1–06_4);
 # Exercises 6, 8 and 9 start processes with `torchrun`, Exercise 7 DataLoader workers.
@@ -318,13 +318,12 @@ from torch import nn
 from common.ddp.launch import launch_env, torchrun_command
 
 
-def run_fsdp(script: Path, folder: Path, ranks: int, *extra: str, max_restarts: int = 0) -> subprocess.CompletedProcess:
-    """``script --checkpoint folder/ckpt --out folder/final.pt`` on ``ranks`` processes, finished
-    (``max_restarts``: how often torchrun's agent may restart the group)."""
+def run_fsdp(script: Path, folder: Path, ranks: int, *extra: str) -> subprocess.CompletedProcess:
+    """``script --checkpoint folder/ckpt --out folder/final.pt`` on ``ranks`` processes, finished."""
     if "NotImplementedError" in script.read_text():  # an unanswered exercise: no torchrun launch
         raise NotImplementedError(f"{script.name} still raises NotImplementedError")
     args = ["--checkpoint", str(folder / "ckpt"), "--out", str(folder / "final.pt"), *extra]
-    command = torchrun_command(str(script), args, nproc_per_node=ranks, max_restarts=max_restarts)
+    command = torchrun_command(str(script), args, nproc_per_node=ranks)
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=launch_env(threads=1),
                           check=False)
     if "NotImplementedError" in done.stderr:
@@ -731,27 +730,33 @@ for key, kind in (("nested/500", "nested"), ("nested/144", "nested"), ("odd/40",
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 9 — Debug a job that does not survive a restart of its group (beyond the guide) · 3 points
-# Under an elastic agent (chapter 6.4) a membership change, or a failed rank, restarts the whole worker
-# group: new processes, the *same* command line, `TORCHELASTIC_RESTART_COUNT` one higher. The script
-# below trains with FSDP2 and SGD with momentum, one batch per step, and writes a DCP checkpoint after
-# every step. Its author resumed it by hand with `--resume`, and it worked. Run under
-# `torchrun --max-restarts=1` with `--fail-at 11` (rank 1 of the first attempt dies before step 11's
-# checkpoint, as a machine does), the job ends without an error, but its log says
-# `attempt 1 starts at step 0`: the restarted group trained all 12 steps again, and on a job of days that
-# is days lost. The next cell writes it to `ex06_work/restart_train.py`; the one after runs it so.
+# ## Exercise 9 — Debug a job that does not survive losing an agent (beyond the guide) · 3 points
+# Chapter 6.4 ran one job on two `torchrun` agents (`--nnodes=1:2`, a c10d rendezvous on 127.0.0.1, one
+# process each) and killed one of them, as when a machine goes away: the agent that stays restarts its worker
+# group at world size 1 — new processes, the *same* command line, `TORCHELASTIC_RESTART_COUNT` one higher —
+# and the new group must go on from the newest distributed checkpoint. The script below trains with FSDP2 and
+# SGD with momentum, each step on that step's batch shared out among the ranks, writes a DCP checkpoint after
+# every step and logs JSON lines (its docstring says which). Its author resumed it by hand with `--resume`, on
+# 2 processes again, and it worked. The next cell writes it to `ex06_work/elastic_train.py`; the one after
+# stages chapter 6.4's leave with it: two agents start it, and once step 10 is checkpointed at world size 2
+# the guest agent is killed with its worker. The job ends without an error, but its log says that attempt 1,
+# the group of 1, starts at step 0: it trains all 18 steps again, and on a job of days that is days lost.
 
 # %%
-RESTART_TRAIN = '''"""FSDP2 + SGD with momentum on N ranks, a DCP checkpoint after every step in DIR/step-N.
+ELASTIC_TRAIN = '''"""FSDP2 + SGD with momentum on the ranks its agents start, a DCP checkpoint after every step in DIR/step-N.
 
-    torchrun --standalone --nproc_per_node=N --max-restarts=1 restart_train.py --checkpoint DIR --out FILE
-        [--steps 12] [--fail-at K] [--resume]
+    torchrun --nnodes=1:2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --max-restarts=1
+        elastic_train.py --checkpoint DIR --out FILE --log-file LOG [--steps 12] [--step-delay S] [--resume]
 
-With --fail-at K, rank 1 of the first attempt dies before step K's checkpoint (a machine lost).
+JSON lines in LOG: every rank {"event": "start", "rank", "attempt", "world_size", "step", "samples"} when its
+group starts training at "step" ("samples": the samples it trains on per step); rank 0 {"event": "checkpoint",
+"step"} after each checkpoint, and {"event": "done", "rank", "step"} once it has written the final weights to FILE.
 """
 
 import argparse
+import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -761,6 +766,8 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      set_model_state_dict)
 from torch.distributed.fsdp import fully_shard
+
+PER_RANK = 6  # samples per rank and step
 
 
 def build() -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -772,22 +779,29 @@ def build() -> tuple[nn.Module, torch.optim.Optimizer]:
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
 
-def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(step)  # step N's batch, the same on every rank
-    return torch.randn(12, 8, generator=generator), torch.randn(12, 4, generator=generator)
+    return torch.randn(size, 8, generator=generator), torch.randn(size, 4, generator=generator)
+
+
+def log(path: Path, event: str, **values) -> None:
+    with path.open("a") as file:  # one short line per write: the ranks' lines do not mix
+        file.write(json.dumps({"event": event, **values, "time": time.time()}) + "\\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--checkpoint", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--log-file", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--fail-at", type=int, default=0)
+    parser.add_argument("--step-delay", type=float, default=0.0)
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    rank, attempt = dist.get_rank(), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     try:
         model, optimizer = build()
         start = 0
@@ -797,19 +811,21 @@ def main() -> None:
             dcp.load(state, checkpoint_id=newest)
             set_model_state_dict(model, state["model"])
             start = int(newest.name.split("-")[1])
-        print(f"rank {rank}: attempt {attempt} starts at step {start}", flush=True)
+        log(args.log_file, "start", rank=rank, attempt=attempt, world_size=world_size, step=start, samples=PER_RANK)
         for step in range(start, args.steps):
-            inputs, targets = batch(step)
+            inputs, targets = batch(step, PER_RANK * world_size)
+            mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)  # this rank's share of the step's batch
             optimizer.zero_grad()
-            nn.functional.mse_loss(model(inputs), targets).backward()
+            nn.functional.mse_loss(model(inputs[mine]), targets[mine]).backward()
             optimizer.step()
-            if step + 1 == args.fail_at and attempt == 0 and rank == 1:
-                os._exit(1)  # this rank's machine is gone
             dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=args.checkpoint / f"step-{step + 1}")
+            if rank == 0:
+                log(args.log_file, "checkpoint", step=step + 1)
+            time.sleep(args.step_delay)  # a real step takes longer
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if rank == 0:
             torch.save(full, args.out)
-            print(f"rank 0: trained to step {args.steps}, saved {args.out.name}", flush=True)
+            log(args.log_file, "done", rank=rank, step=args.steps)
     finally:
         dist.destroy_process_group()
 
@@ -817,17 +833,65 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 '''
-(WORK / "restart_train.py").write_text(RESTART_TRAIN)
+(WORK / "elastic_train.py").write_text(ELASTIC_TRAIN)
+print(f"wrote {WORK / 'elastic_train.py'} ({len(ELASTIC_TRAIN.splitlines())} lines)")
+
+# %% [markdown]
+# `run_leave(script, folder)` is chapter 6.4's leave for such a script: two agents of one job, the host and the
+# guest (`elastic_command` with `--max-restarts=1` and the chapter's keep-alive settings, so that the dead guest
+# is dropped from the rendezvous after 2 s), started with `--steps 18 --step-delay 0.25` and the files of
+# `folder`; `leave_later` kills the guest agent and its worker once step 10 is checkpointed at world size 2 and
+# waits for the host agent. It returns the run's log. `groups(log)` sums the log up, one line per worker group,
+# and `uninterrupted(steps)` is what the training must give: each step's 12 samples, in one process, no leave.
+
+# %%
+from common.ddp.launch import free_port
+from common.fsdp.elastic import elastic_command, leave_later, read_log
+
+STEPS, LEAVE_AFTER = 18, 10  # 8 steps (2 s) between the checkpoint that starts the leave and the end
 
 
-def run_restarting(script: Path, folder: Path, *extra: str) -> subprocess.CompletedProcess:
-    """``run_fsdp`` on 2 processes with ``--fail-at 11``, under ``torchrun --max-restarts=1`` (the agent
-    restarts the group once)."""
-    return run_fsdp(script, folder, 2, "--fail-at", "11", *extra, max_restarts=1)
+def run_leave(script: Path, folder: Path) -> list[dict]:
+    """``script`` on two elastic agents of one job, the guest killed after step ``LEAVE_AFTER``: the run's log.
+
+    A job that fails raises ``AssertionError``, with the exception its ranks raised last."""
+    if "NotImplementedError" in script.read_text():  # an unanswered exercise: no torchrun launch
+        raise NotImplementedError(f"{script.name} still raises NotImplementedError")
+    folder.mkdir(parents=True)
+    args = ["--checkpoint", str(folder / "ckpt"), "--out", str(folder / "final.pt"), "--log-file",
+            str(folder / "log.jsonl"), "--steps", str(STEPS), "--step-delay", "0.25"]
+    options = {"endpoint": f"127.0.0.1:{free_port()}", "max_restarts": 1, "keep_alive_interval": 1,
+               "keep_alive_max_attempt": 2}
+    host, guest = (elastic_command(str(script), args, is_host=is_host, **options) for is_host in (True, False))
+    try:
+        leave_later(host, guest, folder / "log.jsonl", after_step=LEAVE_AFTER, timeout=90)
+    except RuntimeError as error:  # the host agent failed, or an agent ended before the leave
+        headline = str(error).splitlines()[0].rstrip(":")
+        raise AssertionError(f"the job failed ({headline}): {what_failed(str(error))}") from None
+    return read_log(folder / "log.jsonl")
 
 
-def momentum_alone(steps: int) -> dict[str, torch.Tensor]:
-    """The weights after ``steps`` uninterrupted steps of the script's training, in one process."""
+def what_failed(output: str) -> str:
+    """The last exception a rank raised, from a job's output (the output's end if it shows none)."""
+    raised = [line.strip() for line in output.splitlines() if "ChildFailedError" not in line
+              and re.match(r"\s*(\[rank\d+\]:\s*)?[\w.]*(Error|Exception): ", line)]
+    return raised[-1] if raised else output[-1500:]
+
+
+def groups(log: list[dict]) -> list[dict]:
+    """The run's worker groups in order: rank 0's start record of each, with the steps checkpointed after it."""
+    found = []
+    for record in log:
+        if record["event"] == "start" and record.get("rank") == 0:
+            keys = ("attempt", "world_size", "step", "samples")
+            found.append({**{key: record.get(key) for key in keys}, "checkpoints": []})
+        elif record["event"] == "checkpoint" and found:
+            found[-1]["checkpoints"].append(record.get("step"))
+    return found
+
+
+def uninterrupted(steps: int) -> dict[str, torch.Tensor]:
+    """The weights after ``steps`` steps of the script's training on each step's 12 samples, in one process."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -840,34 +904,43 @@ def momentum_alone(steps: int) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 # %% tags=["demo"]
-shutil.rmtree(WORK / "restarts", ignore_errors=True)
-as_written = run_restarting(WORK / "restart_train.py", WORK / "restarts")
-print(f"exit code {as_written.returncode}", *sorted(set(re.findall(r"^rank \d+: .*$", as_written.stdout, re.M))),
-      sep="\n")
-assert as_written.returncode == 0 and "rank 0: attempt 1 starts at step 0" in as_written.stdout
+shutil.rmtree(WORK / "leave", ignore_errors=True)  # a fresh start
+as_written = groups(run_leave(WORK / "elastic_train.py", WORK / "leave"))
+for summary in as_written:
+    checkpointed = summary["checkpoints"] or ["none"]
+    print(f"attempt {summary['attempt']}, world size {summary['world_size']}: starts at step {summary['step']}, "
+          f"{summary['samples']} samples per rank and step, checkpoints {checkpointed[0]}–{checkpointed[-1]}")
+assert [(g["attempt"], g["world_size"], g["step"]) for g in as_written][-1] == (1, 1, 0)
 
 # %% [markdown]
-# Write the corrected script as the text of `fixed_restart`; the check saves it as
-# `ex06_work/fixed_restart.py` and runs it the same way, without `--resume`. The restarted group must go on
-# from the newest checkpoint the first attempt completed (its log line `rank 0: attempt 1 starts at step 10`)
-# and end at the weights 12 uninterrupted steps give. Keep the arguments, the printed lines, the `step-N`
-# folders and the simulated failure. Three things stand between the script and that: read the output of
-# each try. Exercises 4 and 5 and chapters 6.2 and 6.4 show every tool it takes.
+# Write the corrected script as the text of `fixed_elastic`; the check saves it as `ex06_work/fixed_elastic.py`
+# and runs it the same way, without `--resume`. Whenever the script starts — the first time, in a group that
+# its agent restarts at another world size, or launched again later on any number of processes — it must go on
+# from the newest complete checkpoint in `--checkpoint` (after this leave, attempt 1 starts at step 10, or 11 if
+# the guest went a step later) and end at the weights the same steps give uninterrupted (`uninterrupted(18)`).
+# Keep the arguments, the log's records (the docstring's) and the `step-N` folders. More than one thing stands
+# between the script and that: read the log and the check's message after each try. Exercises 4 and 5 and
+# chapters 6.2 and 6.4 show every tool it takes.
 
 # %% nbgrader={"grade": false, "grade_id": "ex9-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
-fixed_restart = '''
+fixed_elastic = '''
 ### BEGIN SOLUTION
-"""FSDP2 + SGD with momentum on N ranks, a DCP checkpoint after every step in DIR/step-N, fixed:
-every attempt goes on from the newest complete checkpoint, the optimizer's state included.
+"""FSDP2 + SGD with momentum on the ranks its agents start, a DCP checkpoint after every step in DIR/step-N,
+fixed: every start goes on from the newest complete checkpoint, the optimizer's state included, and every
+step trains on the same 12 samples whatever the world size.
 
-    torchrun --standalone --nproc_per_node=N --max-restarts=1 restart_train.py --checkpoint DIR --out FILE
-        [--steps 12] [--fail-at K] [--resume]
+    torchrun --nnodes=1:2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --max-restarts=1
+        elastic_train.py --checkpoint DIR --out FILE --log-file LOG [--steps 12] [--step-delay S] [--resume]
 
-With --fail-at K, rank 1 of the first attempt dies before step K's checkpoint (a machine lost).
+JSON lines in LOG: every rank {"event": "start", "rank", "attempt", "world_size", "step", "samples"} when its
+group starts training at "step" ("samples": the samples it trains on per step); rank 0 {"event": "checkpoint",
+"step"} after each checkpoint, and {"event": "done", "rank", "step"} once it has written the final weights to FILE.
 """
 
 import argparse
+import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -877,6 +950,8 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_state_dict)
 from torch.distributed.fsdp import fully_shard
+
+GLOBAL_BATCH = 12  # samples per step, shared out among however many ranks there are
 
 
 def build() -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -888,9 +963,9 @@ def build() -> tuple[nn.Module, torch.optim.Optimizer]:
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
 
-def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(step)  # step N's batch, the same on every rank
-    return torch.randn(12, 8, generator=generator), torch.randn(12, 4, generator=generator)
+    return torch.randn(size, 8, generator=generator), torch.randn(size, 4, generator=generator)
 
 
 def newest_complete(root: Path) -> Path | None:
@@ -899,41 +974,51 @@ def newest_complete(root: Path) -> Path | None:
     return max(complete, key=lambda p: int(p.name.split("-")[1]), default=None)
 
 
+def log(path: Path, event: str, **values) -> None:
+    with path.open("a") as file:  # one short line per write: the ranks' lines do not mix
+        file.write(json.dumps({"event": event, **values, "time": time.time()}) + "\\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--checkpoint", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--log-file", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--fail-at", type=int, default=0)
-    parser.add_argument("--resume", action="store_true")  # kept: every attempt resumes when it can
+    parser.add_argument("--step-delay", type=float, default=0.0)
+    parser.add_argument("--resume", action="store_true")  # kept: every start resumes when it can
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    rank, attempt = dist.get_rank(), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    per_rank = GLOBAL_BATCH // world_size  # 6 on 2 ranks, 12 on 1: the step's batch stays the same
     try:
         model, optimizer = build()
         start = 0
-        newest = newest_complete(args.checkpoint)  # a restart runs the same command line: look every time
+        newest = newest_complete(args.checkpoint)  # a new group runs the same command line: look every time
         if newest is not None:
             model_state, optim_state = get_state_dict(model, optimizer)
             state = {"model": model_state, "optim": optim_state}
-            dcp.load(state, checkpoint_id=newest)  # the momentum too, not only the weights
+            dcp.load(state, checkpoint_id=newest)  # the momentum too, resharded to this world size
             set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
             start = int(newest.name.split("-")[1])
-        print(f"rank {rank}: attempt {attempt} starts at step {start}", flush=True)
+        log(args.log_file, "start", rank=rank, attempt=attempt, world_size=world_size, step=start, samples=per_rank)
         for step in range(start, args.steps):
-            inputs, targets = batch(step)
+            inputs, targets = batch(step, GLOBAL_BATCH)
+            mine = slice(rank * per_rank, (rank + 1) * per_rank)  # this rank's share of the step's batch
             optimizer.zero_grad()
-            nn.functional.mse_loss(model(inputs), targets).backward()
+            nn.functional.mse_loss(model(inputs[mine]), targets[mine]).backward()
             optimizer.step()
-            if step + 1 == args.fail_at and attempt == 0 and rank == 1:
-                os._exit(1)  # this rank's machine is gone
             model_state, optim_state = get_state_dict(model, optimizer)
             dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=args.checkpoint / f"step-{step + 1}")
+            if rank == 0:
+                log(args.log_file, "checkpoint", step=step + 1)
+            time.sleep(args.step_delay)  # a real step takes longer
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if rank == 0:
             torch.save(full, args.out)
-            print(f"rank 0: trained to step {args.steps}, saved {args.out.name}", flush=True)
+            log(args.log_file, "done", rank=rank, step=args.steps)
     finally:
         dist.destroy_process_group()
 
@@ -944,35 +1029,54 @@ if __name__ == "__main__":
 '''
 
 # %% nbgrader={"grade": true, "grade_id": "ex9-tests", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-def restarted(folder: Path) -> tuple[subprocess.CompletedProcess, dict]:
-    (WORK / "fixed_restart.py").write_text(fixed_restart)
-    done = run_restarting(WORK / "fixed_restart.py", folder)  # both ranks print: a line may end in another's
-    assert done.returncode == 0, f"the job failed:\n{done.stdout[-800:]}\n{done.stderr[-1200:]}"
-    return done, torch.load(folder / "final.pt", weights_only=True)
+def left_alone(folder: Path) -> tuple[list[dict], dict]:
+    """``fixed_elastic`` through the leave: the run's log and its final weights."""
+    (WORK / "fixed_elastic.py").write_text(fixed_elastic)
+    shutil.rmtree(folder, ignore_errors=True)  # nothing left from an earlier try
+    log = run_leave(WORK / "fixed_elastic.py", folder)
+    assert (folder / "final.pt").is_file(), f"the job wrote no final.pt; its log: {log[-3:]}"
+    return log, torch.load(folder / "final.pt", weights_only=True)
 
 
 with checks("Exercise 9"):
-    shutil.rmtree(WORK / "restarted", ignore_errors=True)
-    done, final = restarted(WORK / "restarted")
-    starts = re.findall(r"rank 0: attempt (\d+) starts at step (\d+)", done.stdout)
-    assert starts == [("0", "0"), ("1", "10")], \
-        f"attempt 0 starts at step 0 and attempt 1 at step 10, the newest checkpoint; the log says {starts}"
-    for name, value in momentum_alone(12).items():
+    log, final = left_alone(WORK / "left")
+    found = groups(log)
+    assert found and (found[-1]["attempt"], found[-1]["world_size"]) == (1, 1), \
+        f"after the leave the last group is attempt 1 at world size 1; the log's groups: {found}"
+    for number, group in enumerate(found):
+        newest = max((step for earlier in found[:number] for step in earlier["checkpoints"]), default=0)
+        assert group["step"] is not None and group["step"] >= newest, \
+            f"attempt {group['attempt']} at world size {group['world_size']} starts at step {group['step']}, " \
+            f"but step {newest} was checkpointed before it"
+    for name, value in uninterrupted(STEPS).items():
         assert torch.allclose(final[name], value, atol=1e-5), \
-            f"{name} is not what 12 uninterrupted steps give (does the restart resume all of the training's state?)"
+            f"{name} is not what {STEPS} uninterrupted steps give (does the group of 1 go on exactly as the 2 would have?)"
 ### BEGIN HIDDEN TESTS
-assert done.stdout.count("saved final.pt") == 1, "final.pt is written once, by rank 0"
-files = sorted(p.name for p in (WORK / "restarted" / "ckpt" / "step-12").iterdir())
-assert files == [".metadata", "__0_0.distcp", "__1_0.distcp"], f"step-12 is one DCP checkpoint of 2 ranks: {files}"
-shutil.rmtree(WORK / "planted", ignore_errors=True)
-(WORK / "planted" / "ckpt" / "step-99").mkdir(parents=True)  # a save that never finished: no .metadata
-(WORK / "planted" / "ckpt" / "step-99" / "__0_0.distcp").write_bytes(b"")
-done, final = restarted(WORK / "planted")
-starts = re.findall(r"rank 0: attempt (\d+) starts at step (\d+)", done.stdout)
-assert starts == [("0", "0"), ("1", "10")], \
-    f"an unfinished step-99 (no .metadata) must be skipped: the log says {starts}"
-for name, value in momentum_alone(12).items():
-    assert torch.allclose(final[name], value, atol=1e-5), f"beside an unfinished step-99, {name} differs"
+done = [(r.get("rank"), r.get("step")) for r in log if r["event"] == "done"]
+assert done == [(0, STEPS)], f"final.pt is written once, by rank 0: {done}"
+files = sorted(p.name for p in (WORK / "left" / "ckpt" / f"step-{STEPS}").iterdir())
+assert files == [".metadata", "__0_0.distcp"], f"step-{STEPS} is one DCP checkpoint of the 1 rank left: {files}"
+(WORK / "left" / "ckpt" / "step-99").mkdir()  # a save that never finished: no .metadata
+(WORK / "left" / "ckpt" / "step-99" / "__0_0.distcp").write_bytes(b"")
+relaunched = run_fsdp(WORK / "fixed_elastic.py", WORK / "left", 3, "--log-file", str(WORK / "left" / "log.jsonl"),
+                      "--steps", str(STEPS + 2))
+assert relaunched.returncode == 0, f"launched again on 3 processes, the job failed: {what_failed(relaunched.stderr)}"
+later = read_log(WORK / "left" / "log.jsonl")[len(log):]
+starts = sorted(tuple(r.get(key, -1) for key in ("rank", "attempt", "world_size", "step"))
+                for r in later if r["event"] == "start")
+assert starts == [(rank, 0, 3, STEPS) for rank in range(3)], \
+    f"launched again on 3 processes beside an unfinished step-99, every rank goes on from step-{STEPS}: {starts}"
+trained = {(r.get("world_size"), r.get("samples")) for r in log + later if r["event"] == "start"}
+assert all((size or 0) * (samples or 0) == 12 for size, samples in trained), \
+    f"each step trains on its 12 samples, shared out among the ranks: (world size, samples per rank) {trained}"
+done = [(r.get("rank"), r.get("step")) for r in later if r["event"] == "done"]
+assert done == [(0, STEPS + 2)], f"on 3 processes too, final.pt is written once, by rank 0: {done}"
+files = sorted(p.name for p in (WORK / "left" / "ckpt" / f"step-{STEPS + 2}").iterdir())
+assert files == [".metadata", "__0_0.distcp", "__1_0.distcp", "__2_0.distcp"], \
+    f"step-{STEPS + 2} is one DCP checkpoint of 3 ranks: {files}"
+final = torch.load(WORK / "left" / "final.pt", weights_only=True)
+for name, value in uninterrupted(STEPS + 2).items():
+    assert torch.allclose(final[name], value, atol=1e-5), f"after 2 more steps on 3 processes, {name} differs"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -984,4 +1088,4 @@ for name, value in momentum_alone(12).items():
 # - A resumable job writes one distributed checkpoint from all ranks, and its final file from one.
 # - A `StatefulDataLoader`'s state knows where it is inside an epoch; the epoch is yours to save.
 # - A wrapping policy visits children before parents and counts only the parameters no unit holds yet.
-# - A restarted group runs the same command line: resume from the newest complete checkpoint every time, optimizer included.
+# - A group restarted at a new world size runs the same command line: resume from the newest complete checkpoint, optimizer included, and keep the global batch.
