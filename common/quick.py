@@ -11,7 +11,10 @@ Nothing else changes under the variable: the same functions, the same code paths
 but for one thing: ``common.ddp.launch.torchrun_command`` adds torchrun's own ``--start-method=fork
 --run-path FILE`` and starts the agent as ``common.ddp.agent``, so that torchrun's agent imports torch,
 torchvision and pandas once and forks its workers from itself instead of starting a Python per worker
-(the same agent, rendezvous and restarts; a third of the CPU seconds of a tiny launch). A learner's run, and the stored outputs, start every worker fresh.
+(the same agent, rendezvous and restarts; a third of the CPU seconds of a tiny launch), and
+``common.ddp.launch.run_command`` forks that agent itself from a fork server that imported them once per
+notebook (``common.ddp.forking.run_forked``; chapter 4.2's cells 52 -> 32 CPU seconds). A learner's run,
+and the stored outputs, start every agent and worker fresh.
 """
 
 from __future__ import annotations

@@ -6,30 +6,25 @@ test``) torchrun's agent forks each worker from its own interpreter, so a worker
 the agent imported. torchrun's agent imports torch only; each worker then imports torchvision
 (about 2.4 CPU seconds on this repository's 2-core machine: it loads ``torch._dynamo``) and pandas
 (about 1 s) on its own, which is most of what a tiny run costs. This agent imports them once
-(``PRELOAD``), then calls torchrun's own ``main`` with the same arguments: the same agent,
+(``common.ddp.forking.PRELOAD``), then calls torchrun's own ``main`` with the same arguments: the same agent,
 rendezvous, restarts and worker variables as ``python -m torch.distributed.run``. Spawned workers
 would import everything again whatever the agent holds, so ``torchrun_command`` uses it only to fork.
 
 A forked worker runs its script with ``runpy.run_path``, which does not put the script's folder first
 on ``sys.path`` as ``python script.py`` does; this agent puts it there before it forks
 (``script_folder_first``), so a script that imports a module beside it runs forked too (chapter 6.1's).
+
+What it preloads, and how ``make test``'s notebooks fork this agent itself, are in the library module
+``common.ddp.forking``.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from collections.abc import Sequence
 
-#: What the workers of this repository's entry points import beyond torch, loaded in the agent.
-PRELOAD = ("numpy", "pandas", "PIL.Image", "torchvision.transforms.v2")
-
-
-def preload() -> None:
-    """Import ``PRELOAD`` into this process, so that the processes it forks start with it."""
-    for name in PRELOAD:
-        importlib.import_module(name)
+from common.ddp.forking import preload_libraries
 
 
 def script_folder_first(argv: Sequence[str]) -> None:
@@ -46,7 +41,7 @@ def script_folder_first(argv: Sequence[str]) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Preload, put a ``--run-path`` script's folder first on ``sys.path``, then run torchrun's agent
     on ``argv`` (default: this command line's arguments)."""
-    preload()
+    preload_libraries()
     script_folder_first(sys.argv[1:] if argv is None else argv)
     from torch.distributed.run import main as torchrun
 

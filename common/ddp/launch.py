@@ -138,8 +138,14 @@ def run_command(command: Sequence[str], *, timeout: float = 120,
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
-    done = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout,
-                          env=launch_env(threads=threads), check=False)
+    command = [str(part) for part in command]
+    if command[:3] == agent_command(True):  # make test's forking agent: forked itself too (common.ddp.forking)
+        from common.ddp.forking import run_forked
+
+        done = run_forked(command[3:], env=launch_env(threads=threads), timeout=timeout)
+    else:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              env=launch_env(threads=threads), check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n"
                            f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")

@@ -44,7 +44,7 @@ from typing import BinaryIO
 
 import psutil
 
-from common.ddp.agent import preload
+from common.ddp.forking import preload_libraries
 from common.ddp.launch import free_port, launch_env, torchrun_command
 
 #: Seconds the other ranks get to stop on their own after one failed, and after SIGTERM.
@@ -138,7 +138,7 @@ def entry_point(target: str) -> Callable[[list[str]], int | None]:
 def run(module: str, nproc: int, args: list[str]) -> int:
     """Fork ``nproc`` ranks of ``module.main(args)``; the first nonzero status, else 0. The ranks
     start with what torchrun's forking agent preloads (``common.ddp.agent``) imported already."""
-    preload()
+    preload_libraries()
     entry = entry_point(module)
     port = free_port()
     sys.stdout.flush()
@@ -224,7 +224,7 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> int:
     ``status``, ``preload``) until ``requests`` ends: fork a job for each (``_job``) and reply its
     pid; when it ends, write its exit status to the file ``status``. At the end, kill the jobs
     still running."""
-    preload()
+    preload_libraries()
     jobs: dict[int, str] = {}
     while True:
         readable = select.select([requests], [], [], 0.05 if jobs else None)[0]

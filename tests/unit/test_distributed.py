@@ -144,17 +144,17 @@ def test_the_cost_line_reports_the_fastest_call_of_each_size():
 def test_the_forking_agent_imports_the_workers_libraries_then_runs_torchrun_on_the_same_args(monkeypatch):
     import torch.distributed.run as torchrun
 
-    from common.ddp import agent
+    from common.ddp import agent, forking
 
     calls = []
-    monkeypatch.setattr(agent.importlib, "import_module", lambda name: calls.append(("import", name)))
+    monkeypatch.setattr(forking.importlib, "import_module", lambda name: calls.append(("import", name)))
     monkeypatch.setattr(torchrun, "main", lambda args=None: calls.append(("torchrun", args)))
     monkeypatch.setattr(sys, "path", list(sys.path))
     agent.main(("--standalone", "--start-method=fork", "--run-path", "/runs/06_1/train.py", "--tiny"))
-    assert calls == [*(("import", name) for name in agent.PRELOAD),
+    assert calls == [*(("import", name) for name in forking.PRELOAD),
                      ("torchrun", ["--standalone", "--start-method=fork", "--run-path", "/runs/06_1/train.py",
                                    "--tiny"])]
-    assert "torchvision.transforms.v2" in agent.PRELOAD and "pandas" in agent.PRELOAD
+    assert "torchvision.transforms.v2" in forking.PRELOAD and "pandas" in forking.PRELOAD
     assert sys.path[0] == "/runs/06_1", "a forked worker imports what lies beside its script, as `python script.py`"
 
 
