@@ -77,7 +77,7 @@ durations: data ## Run `make test`'s tests; record each file's seconds (tests/du
 	@mkdir -p build && rm -f build/netguard.log
 	COMPANION_RECORD_DURATIONS=tests/durations.json $(TEST_RUN)
 
-check: data ## The edit loop (about a minute): ruff, the unit tier (tests/unit: no test starts a process), notebook hygiene
+check: data ## The edit loop (under a minute): ruff, the unit tier (tests/unit: no test starts a process), notebook hygiene
 	$(BIN)/ruff check .
 	$(NETGUARD) $(BIN)/python -m pytest tests/unit -q --timeout=120 -p no:cacheprovider $(CHECK_PARALLEL)
 
