@@ -82,7 +82,8 @@ def describe_device(device: torch.device) -> str:
         index = device.index if device.index is not None else torch.cuda.current_device()
         return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
     if device.type == "cpu":
-        return f"cpu ({torch.get_num_threads()} threads)"
+        threads = torch.get_num_threads()
+        return f"cpu ({threads} {'thread' if threads == 1 else 'threads'})"
     return str(device)
 
 

@@ -51,5 +51,11 @@ def test_unavailable_cuda_is_a_clear_error():
         get_device("cuda")
 
 
-def test_describe_device_names_the_cpu_threads():
-    assert describe_device(torch.device("cpu")) == f"cpu ({torch.get_num_threads()} threads)"
+@pytest.mark.parametrize("threads, words", [(1, "1 thread"), (2, "2 threads"), (8, "8 threads")])
+def test_describe_device_names_the_cpu_threads(threads, words):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert describe_device(torch.device("cpu")) == f"cpu ({words})"
+    finally:
+        torch.set_num_threads(before)
