@@ -29,7 +29,7 @@ WHEEL_CHAPTERS := chapters/01_pytorch_basics.ipynb chapters/02_1_dataset_dataloa
 NBVAL_NOTEBOOKS := $(filter-out $(WHEEL_CHAPTERS),$(sort $(wildcard chapters/*.ipynb)))
 # The run of `make test` (and `make durations`): the files longest first, from tests/durations.json
 # (tests/durations.py), so that the workers finish together.
-TEST_RUN = COMPANION_QUICK=1 $(NETGUARD) $(BIN)/python -m pytest tests $(NBVAL_NOTEBOOKS) --nbval-lax \
+TEST_RUN = $(NETGUARD) $(BIN)/python -m pytest tests $(NBVAL_NOTEBOOKS) --nbval-lax \
 	--nbval-current-env --nbval-cell-timeout=180 --timeout=300 -p no:cacheprovider -q $(PYTEST_PARALLEL)
 # Three pytest workers on two cores: many tests wait (a rendezvous, a timeout being hit, a browser, a
 # rank's step delay), and a third worker keeps both cores busy meanwhile (make test: 514 -> 414 s here,

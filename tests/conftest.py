@@ -39,8 +39,10 @@ def pytest_collection_modifyitems(session, config, items):
     items[:] = [items[i] for i in order([item.nodeid for item in items], load())]
 
 
+@pytest.hookimpl(trylast=True)  # after nbval's own configure, whose collector it swaps
 def pytest_configure(config):
     """``make durations``: the controller (which sees every worker's reports) records them."""
+    _collect_notebooks_with_test_parameters(config)
     from tests.durations import RECORD_ENV, CpuMeter, Recorder
 
     path = os.environ.get(RECORD_ENV)
@@ -48,3 +50,31 @@ def pytest_configure(config):
         config.pluginmanager.register(CpuMeter(), "companion-cpu")
     if path and not hasattr(config, "workerinput"):
         config.pluginmanager.register(Recorder(Path(path)), "companion-durations")
+
+
+def _collect_notebooks_with_test_parameters(config) -> None:
+    """nbval runs each notebook with its parameters cell rewritten (tests/notebook_parameters.py).
+
+    nbval's own collector is swapped for a subclass whose only change is that rewrite; every other
+    cell runs exactly as committed."""
+    nbval = config.pluginmanager.get_plugin("nbval")
+    if nbval is None or config.pluginmanager.get_plugin("companion-notebook-parameters"):
+        return
+    from tests.notebook_parameters import apply_parameters
+
+    class ParametrizedNotebook(nbval.IPyNbFile):
+        def collect(self):
+            cells = list(super().collect())  # reads self.nb; each item holds its cell node
+            apply_parameters(self.nb, self.path)  # rewrites the parameters cell's node in place
+            return cells
+
+    class Collector:
+        @staticmethod
+        def pytest_collect_file(file_path, parent):
+            option = parent.config.option
+            if (option.nbval or option.nbval_lax) and file_path.suffix == ".ipynb":
+                return ParametrizedNotebook.from_parent(parent, path=file_path)
+            return None
+
+    config.pluginmanager.unregister(nbval)
+    config.pluginmanager.register(Collector(), "companion-notebook-parameters")

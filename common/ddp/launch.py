@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-
-from common.quick import is_quick_run
 
 
 def free_port() -> int:
@@ -25,26 +21,18 @@ def free_port() -> int:
 
 def torchrun_command(module: str, args: Sequence[str] = (), *, nproc_per_node: int = 2,
                      nnodes: int = 1, rdzv_endpoint: str | None = None, rdzv_id: str = "job",
-                     max_restarts: int = 0, fork_workers: bool | None = None) -> list[str]:
+                     max_restarts: int = 0) -> list[str]:
     """The ``torchrun ... -m module args`` command line, as a list for ``subprocess``.
 
     It calls ``python -m torch.distributed.run`` (what the ``torchrun`` script runs) with
     this interpreter, so it uses the same environment as the caller. With one node and no
     endpoint it is ``--standalone`` (a local rendezvous on a free port); otherwise a c10d
-    rendezvous at ``rdzv_endpoint`` that ``nnodes`` agents join.
-
-    ``fork_workers`` adds two flags of torchrun's own, ``--start-method=fork --run-path FILE``
-    (``FILE``: the module's file), and starts the agent as ``common.ddp.agent``: the agent imports
-    torchvision and pandas, then forks its workers, and each runs the module's file in the
-    interpreter that has imported them already, instead of starting a Python of its own. The
-    agent, the rendezvous, the restarts and the workers' variables are torchrun's either way; a
-    tiny run costs a third of the CPU seconds. ``None`` (the default) turns it on only under ``make test``
-    (``common.quick.is_quick_run``); a learner's run starts every worker fresh, as a real job does.
+    rendezvous at ``rdzv_endpoint`` that ``nnodes`` agents join. ``module`` may also be a
+    script (a path ending in ``.py``).
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
-    fork = is_quick_run() if fork_workers is None else fork_workers
-    command = [*agent_command(fork), f"--nproc-per-node={nproc_per_node}"]
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}"]
     if nnodes == 1 and rdzv_endpoint is None:
         command.append("--standalone")
     else:
@@ -54,46 +42,16 @@ def torchrun_command(module: str, args: Sequence[str] = (), *, nproc_per_node: i
                     f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}"]
     if max_restarts:
         command.append(f"--max-restarts={max_restarts}")
-    return command + worker_entry(module, args, fork_workers=fork)
+    return command + worker_entry(module, args)
 
 
-def agent_command(fork_workers: bool) -> list[str]:
-    """The start of a torchrun command line: ``python -m torch.distributed.run`` (what the
-    ``torchrun`` script runs) with this interpreter; to fork the workers, ``python -m
-    common.ddp.agent``, torchrun's agent with the libraries the workers import loaded first, so
-    that each forked worker starts with them (``common/ddp/agent.py``)."""
-    return [sys.executable, "-m", "common.ddp.agent" if fork_workers else "torch.distributed.run"]
-
-
-def worker_entry(target: str, args: Sequence[str] = (), *, fork_workers: bool | None = None) -> list[str]:
+def worker_entry(target: str, args: Sequence[str] = ()) -> list[str]:
     """The end of a torchrun command line for ``target``, a module name or a script (a path ending
-    in ``.py``): ``-m module args`` or ``script args``; with ``fork_workers`` (``None``: under
-    ``make test`` only) ``--start-method=fork --run-path FILE args`` (``torchrun_command``).
-    A forked worker runs the file with ``runpy.run_path``, which does not put the script's folder
-    first on ``sys.path`` as ``python script.py`` does; ``common.ddp.agent`` puts it there, so a
-    script that imports a module beside it (chapter 6.1's) needs its agent (``torchrun_command``).
-    One whose stack dumps are read frame by frame (chapter 4.2's hang) needs ``fork_workers=False``,
-    since forked workers carry torchrun's frames below.
+    in ``.py``): ``-m module args`` or ``script args``.
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
-    script = str(target).endswith(".py")
-    if is_quick_run() if fork_workers is None else fork_workers:
-        path = str(Path(target).resolve()) if script else module_file(target)
-        return ["--start-method=fork", "--run-path", path, *args]
-    return [str(target), *args] if script else ["-m", target, *args]
-
-
-def module_file(module: str) -> str:
-    """The absolute path of ``module``'s source file (what ``torchrun --run-path`` runs).
-
-    Raises:
-        ValueError: The module cannot be found, or has no source file.
-    """
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        raise ValueError(f"{module} is not a module with a source file that torchrun --run-path can run")
-    return str(Path(spec.origin).resolve())
+    return [str(target), *args] if str(target).endswith(".py") else ["-m", target, *args]
 
 
 #: Environment for torchrun agents that may restart their workers. By default the agent
@@ -106,7 +64,7 @@ RESTART_SAFE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 def launch_env(*, threads: int = 1) -> dict[str, str]:
     """This process's environment, plus ``OMP_NUM_THREADS`` (one thread per rank on a CPU),
     ``PYTHONUNBUFFERED`` (each line a rank prints arrives at once, as torchrun's ``python -u``
-    workers print, forked workers too) and ``RESTART_SAFE_ENV``.
+    workers print) and ``RESTART_SAFE_ENV``.
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
@@ -139,13 +97,8 @@ def run_command(command: Sequence[str], *, timeout: float = 120,
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
     command = [str(part) for part in command]
-    if command[:3] == agent_command(True):  # make test's forking agent: forked itself too (common.ddp.forking)
-        from common.ddp.forking import run_forked
-
-        done = run_forked(command[3:], env=launch_env(threads=threads), timeout=timeout)
-    else:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                              env=launch_env(threads=threads), check=False)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env=launch_env(threads=threads), check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n"
                            f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")

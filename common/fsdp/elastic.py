@@ -86,7 +86,7 @@ def elastic_command(module: str, args: Sequence[str] = (), *, endpoint: str, min
                     max_restarts: int = 0, last_call_timeout: float = 1,
                     join_timeout: float = 60, keep_alive_interval: int | None = None,
                     keep_alive_max_attempt: int | None = None,
-                    is_host: bool | None = None, fork_workers: bool | None = None) -> list[str]:
+                    is_host: bool | None = None) -> list[str]:
     """One elastic agent's ``torchrun ... -m module args`` (or ``script.py args``) command line.
 
     ``last_call_timeout`` (default 30 s in torch) is how long a rendezvous that has
@@ -94,8 +94,7 @@ def elastic_command(module: str, args: Sequence[str] = (), *, endpoint: str, min
     An agent whose heartbeat is ``keep_alive_interval * keep_alive_max_attempt`` seconds old
     (torch's defaults: 5 s and 3) is dead and removed from the rendezvous; only given ones are set.
     ``is_host`` says whether this agent hosts the rendezvous's TCPStore; by default every agent
-    on the endpoint's machine tries to, and the first to bind the port wins. ``fork_workers`` is
-    ``common.ddp.launch.torchrun_command``'s (``None``: forked workers under ``make test`` only).
+    on the endpoint's machine tries to, and the first to bind the port wins.
 
     Introduced in chapters/06_4_elastic_training.ipynb.
     """
@@ -105,12 +104,10 @@ def elastic_command(module: str, args: Sequence[str] = (), *, endpoint: str, min
                        ("is_host", None if is_host is None else int(is_host))):
         if value is not None:
             conf += f",{key}={value}"
-    # torchrun's own agent, even where its workers fork: a guest joins a running job, and an agent that
-    # imported more first (common.ddp.agent) could come after the job it was to join had ended.
     return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}",
             f"--nnodes={min_nodes}:{max_nodes}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", f"--rdzv-conf={conf}",
-            f"--max-restarts={max_restarts}", *worker_entry(module, args, fork_workers=fork_workers)]
+            f"--max-restarts={max_restarts}", *worker_entry(module, args)]
 
 
 def agents_env(commands: Sequence[Sequence[str]]) -> dict[str, str]:

@@ -161,8 +161,8 @@ def _placer(proc: subprocess.Popen, cgroups: Cgroups) -> Callable[[int], bool]:
 
 def _environment(workdir: Path, config: GradingConfig) -> dict[str, str]:
     """Only what the exercises need: no credentials of the instructor's reach the sandbox."""
-    keep = {k: v for k, v in os.environ.items()  # COMPANION_QUICK: make test's tiny runs (common.quick)
-            if k in ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "COMPANION_QUICK")
+    keep = {k: v for k, v in os.environ.items()
+            if k in ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS")
             or k.startswith("COMPANION_NETGUARD")}
     return {**keep, "HOME": str(workdir / "home"), "TMPDIR": str(workdir / "tmp"),
             "COMPANION_DATA": str(workdir / "data"), "MPLBACKEND": "Agg", "USER": "student",

@@ -1,30 +1,64 @@
-"""``python -m common.ddp.agent ARGS``: torchrun with its workers' libraries imported before it
-forks them (``make test``'s launches).
+"""``python -m tests.speedups.agent ARGS``: torchrun with its workers' libraries imported before it
+forks them, for system tests that launch many short jobs.
 
-With ``--start-method=fork`` (what ``common.ddp.launch.torchrun_command`` adds under ``make
-test``) torchrun's agent forks each worker from its own interpreter, so a worker starts with what
-the agent imported. torchrun's agent imports torch only; each worker then imports torchvision
-(about 2.4 CPU seconds on this repository's 2-core machine: it loads ``torch._dynamo``) and pandas
-(about 1 s) on its own, which is most of what a tiny run costs. This agent imports them once
-(``common.ddp.forking.PRELOAD``), then calls torchrun's own ``main`` with the same arguments: the same agent,
-rendezvous, restarts and worker variables as ``python -m torch.distributed.run``. Spawned workers
-would import everything again whatever the agent holds, so ``torchrun_command`` uses it only to fork.
+With ``--start-method=fork`` torchrun's agent forks each worker from its own interpreter, so a
+worker starts with what the agent imported. torchrun's agent imports torch only; each worker then
+imports torchvision (about 2.4 CPU seconds on a 2-core machine: it loads ``torch._dynamo``) and
+pandas (about 1 s) on its own, which is most of what a tiny run costs. This agent imports them once
+(``PRELOAD``), then calls torchrun's own ``main`` with the same arguments: the same agent, rendezvous,
+restarts and worker variables as ``python -m torch.distributed.run``.
 
 A forked worker runs its script with ``runpy.run_path``, which does not put the script's folder first
 on ``sys.path`` as ``python script.py`` does; this agent puts it there before it forks
-(``script_folder_first``), so a script that imports a module beside it runs forked too (chapter 6.1's).
-
-What it preloads, and how ``make test``'s notebooks fork this agent itself, are in the library module
-``common.ddp.forking``.
+(``script_folder_first``), so a script that imports a module beside it runs forked too.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from common.ddp.forking import preload_libraries
+from common.ddp.launch import torchrun_command, worker_entry
+
+#: What the workers of this repository's entry points import beyond torch, loaded in the agent.
+PRELOAD = ("numpy", "pandas", "PIL.Image", "torchvision.transforms.v2")
+#: This module, as ``python -m`` runs it.
+AGENT = "tests.speedups.agent"
+
+
+def preload_libraries() -> None:
+    """Import ``PRELOAD`` into this process, so that the processes it forks start with it."""
+    for name in PRELOAD:
+        importlib.import_module(name)
+
+
+def module_file(module: str) -> str:
+    """The absolute path of ``module``'s source file (what ``torchrun --run-path`` runs).
+
+    Raises:
+        ValueError: The module cannot be found, or has no source file.
+    """
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        raise ValueError(f"{module} is not a module with a source file that torchrun --run-path can run")
+    return str(Path(spec.origin).resolve())
+
+
+def forking_command(target: str, args: Sequence[str] = (), **options) -> list[str]:
+    """``common.ddp.launch.torchrun_command(target, args, **options)`` with this agent and forked
+    workers: torchrun's own ``--start-method=fork --run-path FILE`` in place of ``-m target``."""
+    command = torchrun_command(target, args, **options)
+    tail = worker_entry(target, args)
+    if command[1:3] != ["-m", "torch.distributed.run"] or command[len(command) - len(tail):] != tail:
+        raise ValueError(f"not a torchrun command line of {target}: {command}")
+    script = str(target).endswith(".py")
+    path = str(Path(target).resolve()) if script else module_file(target)
+    return [command[0], "-m", AGENT, *command[3:len(command) - len(tail)],
+            "--start-method=fork", "--run-path", path, *args]
 
 
 def script_folder_first(argv: Sequence[str]) -> None:

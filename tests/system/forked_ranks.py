@@ -14,7 +14,7 @@ ending in ``.py``), run in each rank as ``python SCRIPT ARGS`` runs it.
 The tests start these commands, and torchrun's (``common.ddp.launch.torchrun_command``), without
 starting an interpreter each time either: ``popen`` and ``run_forked`` hand a ``python -m MODULE
 ARGS`` command to one server per pytest process (``python -m tests.system.forked_ranks --serve``),
-which imported torch and what torchrun's forking agent preloads (``common.ddp.agent``) once, and
+which imported torch and what torchrun's forking agent preloads (``tests.speedups.agent``) once, and
 forks a process from itself that runs ``MODULE.main(ARGS)``, as the command would, in the
 environment of ``launch_env``. A launch then costs its own work, not an interpreter's imports
 (about 4 CPU seconds each). The server runs nothing itself, so no launch sees another's state.
@@ -44,7 +44,7 @@ from typing import BinaryIO
 
 import psutil
 
-from common.ddp.forking import preload_libraries
+from tests.speedups.agent import preload_libraries
 from common.ddp.launch import free_port, launch_env, torchrun_command
 
 #: Seconds the other ranks get to stop on their own after one failed, and after SIGTERM.
@@ -137,7 +137,7 @@ def entry_point(target: str) -> Callable[[list[str]], int | None]:
 
 def run(module: str, nproc: int, args: list[str]) -> int:
     """Fork ``nproc`` ranks of ``module.main(args)``; the first nonzero status, else 0. The ranks
-    start with what torchrun's forking agent preloads (``common.ddp.agent``) imported already."""
+    start with what torchrun's forking agent preloads (``tests.speedups.agent``) imported already."""
     preload_libraries()
     entry = entry_point(module)
     port = free_port()

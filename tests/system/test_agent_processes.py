@@ -1,5 +1,5 @@
-"""common.ddp.forking.run_forked: under ``make test``, ``run_command`` forks torchrun's agent from a fork
-server that imported the libraries once, and still returns, raises and times out as a subprocess does."""
+"""tests/speedups/agent.py: the forking agent that some system tests launch returns, fails and times
+out as torchrun's own agent does (``common.ddp.launch.run_command``)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from common.ddp.launch import agent_command, run_command, torchrun_command
+from common.ddp.launch import run_command
+from tests.speedups.agent import forking_command
 
-#: A worker script: prints its rank and whether its agent came from the fork server; with an argument,
-#: rank 1 fails (``fail``) or every rank writes its pid and sleeps (``sleep``).
+#: A worker script: prints its rank and whether it was forked from an agent that imported pandas; with an
+#: argument, rank 1 fails (``fail``) or every rank writes its pid and sleeps (``sleep``).
 JOB = """import os, sys, time
-import psutil
-agent = psutil.Process(os.getppid())
-server = agent.parent()
-print("rank", os.environ["RANK"], "agent forked:", "forkserver" in " ".join(server.cmdline()), flush=True)
+print("rank", os.environ["RANK"], "pandas preloaded:", "pandas" in sys.modules, flush=True)
 if sys.argv[1:] == ["fail"] and os.environ["RANK"] == "1":
     sys.exit(3)
 if sys.argv[1:] == ["sleep"]:
@@ -28,27 +26,24 @@ if sys.argv[1:] == ["sleep"]:
 
 
 @pytest.fixture
-def job(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("COMPANION_QUICK", "1")  # make test's launches (common/quick.py)
+def job(tmp_path) -> Path:
     script = tmp_path / "job.py"
     script.write_text(JOB)
     return script
 
 
-def test_the_agent_is_forked_and_its_output_and_status_come_back(job):
-    command = torchrun_command(str(job), nproc_per_node=2)
-    assert command[:3] == agent_command(True)
-    done = run_command(command, timeout=120)
+def test_the_workers_are_forked_with_the_libraries_and_their_status_comes_back(job):
+    done = run_command(forking_command(str(job), nproc_per_node=2), timeout=120)
     assert sorted(line for line in done.stdout.splitlines() if line.startswith("rank")) == [
-        "rank 0 agent forked: True", "rank 1 agent forked: True"]
+        "rank 0 pandas preloaded: True", "rank 1 pandas preloaded: True"]
     with pytest.raises(RuntimeError, match="exited with 1") as failed:
-        run_command(torchrun_command(str(job), ["fail"], nproc_per_node=2), timeout=120)
+        run_command(forking_command(str(job), ["fail"], nproc_per_node=2), timeout=120)
     assert "exitcode: 3" in str(failed.value), "torchrun's report of the failed rank comes back"
 
 
 def test_a_timeout_kills_the_agent_and_its_workers(job):
     with pytest.raises(subprocess.TimeoutExpired):
-        run_command(torchrun_command(str(job), ["sleep"], nproc_per_node=2), timeout=15)
+        run_command(forking_command(str(job), ["sleep"], nproc_per_node=2), timeout=15)
     pids = [int(p.read_text()) for p in sorted(job.parent.glob("pid-*"))]
     assert len(pids) == 2, "both workers started before the timeout"
     deadline = time.monotonic() + 10

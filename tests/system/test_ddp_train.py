@@ -24,6 +24,7 @@ from common.ddp.process_group import DistInfo
 from common.ddp.train import main
 from common.synthetic import SyntheticConfig, ensure_data
 from common.transforms import IMAGENET_STD
+from tests.speedups.agent import forking_command
 from tests.system.forked_ranks import launch, popen
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own DDP tests
@@ -274,8 +275,8 @@ def _worker(agent, local_rank: int) -> psutil.Process:
 def test_sigkilled_worker_restarts_from_snapshot(data13, two_ranks, tmp_path):
     args = _args(data13, tmp_path, "--snapshot", str(tmp_path / "snap.pt"),
                  "--snapshot-every", "2", "--step-delay", "0.4")
-    # Workers forked from the agent (common.ddp.agent), as under make test in any run of this test.
-    agent = popen(torchrun_command("common.ddp.train", args, max_restarts=1, fork_workers=True),
+    # Workers forked from an agent that imported their libraries (tests/speedups/agent.py).
+    agent = popen(forking_command("common.ddp.train", args, max_restarts=1),
                   stderr=subprocess.STDOUT)
     log = tmp_path / "log.jsonl"
     _wait_for(lambda: log.exists() and '"event": "snapshot"' in log.read_text(), agent)

@@ -13,11 +13,9 @@ def test_collectives_on_two_processes_and_companion_device_reaches_the_workers(m
     """One torchrun launch for both: the collectives' results, and the device plan that
     COMPANION_DEVICE=cpu makes every rank follow (the plan's cases: tests/unit/test_device_plan.py)."""
     monkeypatch.setenv("COMPANION_DEVICE", "cpu")
-    # fork_workers=False: `torchrun -m` with a fresh Python per worker, as a learner's run starts
-    # them (most launches under make test fork them instead: torchrun_command). The agent itself
+    # `torchrun -m` with a fresh Python per worker, as a learner's run starts them. The agent itself
     # is forked from tests/system/forked_ranks.py's server, which imported torch already.
-    done = run_forked(torchrun_command("common.ddp.collectives_demo", nproc_per_node=2,
-                                       fork_workers=False), timeout=180)
+    done = run_forked(torchrun_command("common.ddp.collectives_demo", nproc_per_node=2), timeout=180)
     lines = done.stdout.splitlines()
     identity = lines[lines.index("== identity") + 1:][:2]
     assert all("backend=gloo device=cpu" in line for line in identity), identity

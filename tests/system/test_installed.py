@@ -32,6 +32,8 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
+from tests.notebook_parameters import apply_parameters
+
 REPO = Path(__file__).resolve().parents[2]
 CHAPTERS = ["01_pytorch_basics", "02_1_dataset_dataloader", "04_1_ddp_fundamentals"]
 #: What a wheel is built from (the build writes build/ and *.egg-info beside its sources).
@@ -85,17 +87,15 @@ def _env(tmp_path: Path, guard_root: Path) -> dict[str, str]:
             "COMPANION_WRITEGUARD_ROOT": str(guard_root),
             "COMPANION_WRITEGUARD_LOG": str(tmp_path / "writeguard.log")}
     env.pop("XDG_CACHE_HOME", None)
-    if os.environ.get("COMPANION_QUICK"):  # make test's tiny sizes (common/quick.py)
-        env["COMPANION_QUICK"] = os.environ["COMPANION_QUICK"]
     return env
 
 
 def _checked_outputs(nb: nbformat.NotebookNode) -> list[tuple[int, str]]:
-    """The text outputs of the cells nbval would compare (``# NBVAL_CHECK_OUTPUT``)."""
+    """The text outputs of the cells nbval would compare (tagged ``nbval-check-output``)."""
     return [(i, "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "")
                         for o in cell.get("outputs", [])))
             for i, cell in enumerate(nb.cells)
-            if cell.cell_type == "code" and cell.source.startswith("# NBVAL_CHECK_OUTPUT")]
+            if cell.cell_type == "code" and "nbval-check-output" in cell.metadata.get("tags", [])]
 
 
 def test_the_wheel_is_what_the_new_venv_imports(installed, tmp_path):
@@ -157,20 +157,21 @@ def test_chapters_run_from_the_installed_package_in_an_empty_folder(installed, t
     work.mkdir()
     for stem in CHAPTERS:
         shutil.copy2(REPO / "chapters" / f"{stem}.ipynb", work)
+    shutil.copytree(REPO / "chapters" / "scripts", work / "scripts")  # the scripts the chapters run
     env = _env(tmp_path, REPO)
     cache = tmp_path / "home" / ".cache" / "torch-pipelines-companion"
     if (REPO / "data" / "shapes" / "manifest.json").is_file():  # `make test` made it
         shutil.copytree(REPO / "data" / "shapes", cache / "shapes")
     timings = {}
     for stem in CHAPTERS:
-        nb = nbformat.read(work / f"{stem}.ipynb", as_version=4)
+        nb = apply_parameters(nbformat.read(work / f"{stem}.ipynb", as_version=4), stem)
         stored = _checked_outputs(nb)
         nb.cells.append(nbformat.v4.new_code_cell(PROBE))
         start = time.perf_counter()
         NotebookClient(nb, km=_kernel(tmp_path / stem, installed), timeout=300,
                        resources={"metadata": {"path": str(work)}}).execute(env=env)
         timings[stem] = time.perf_counter() - start
-        assert _checked_outputs(nb) == stored, f"{stem}: a # NBVAL_CHECK_OUTPUT cell printed otherwise"
+        assert _checked_outputs(nb) == stored, f"{stem}: a cell tagged nbval-check-output printed otherwise"
         common_file, repo, data = nb.cells[-1].outputs[0]["text"].split()
         assert Path(common_file).is_relative_to(installed.parent.parent), common_file
         assert repo == "None" and data == str(tmp_path / "home" / ".cache" /

@@ -134,7 +134,7 @@ def _help_in_process(entry: list[str], monkeypatch, capsys) -> str:
     monkeypatch.setattr(sys, "argv", [target, "--help"])
     with warnings.catch_warnings(), pytest.raises(SystemExit) as exit_info:
         warnings.simplefilter("ignore", RuntimeWarning)  # runpy: "found in sys.modules ..."
-        # torchrun's error handler (common.ddp.agent) wants stderr's file descriptor; capsys has none
+        # torchrun's error handler wants stderr's file descriptor; capsys has none
         warnings.filterwarnings("ignore", "Unable to enable fault handler", UserWarning)
         if entry[0] == "console":  # what the installed wrapper does: sys.exit(function())
             module, function = entry[2].split(":")

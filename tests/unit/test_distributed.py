@@ -76,43 +76,24 @@ def test_free_port_can_be_bound():
 
 
 def test_torchrun_command_forms():
-    single = torchrun_command("common.x", ["--a", "1"], nproc_per_node=2, fork_workers=False)
+    single = torchrun_command("common.x", ["--a", "1"], nproc_per_node=2)
     assert single[1:] == ["-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone",
                           "-m", "common.x", "--a", "1"]
     multi = torchrun_command("common.x", nproc_per_node=1, nnodes=2, rdzv_endpoint="127.0.0.1:1234",
-                             rdzv_id="j", max_restarts=1, fork_workers=False)
+                             rdzv_id="j", max_restarts=1)
     assert "--nnodes=2" in multi and "--rdzv-endpoint=127.0.0.1:1234" in multi
     assert "--rdzv-backend=c10d" in multi and "--max-restarts=1" in multi
     with pytest.raises(ValueError, match="needs an rdzv_endpoint"):
         torchrun_command("common.x", nnodes=2)
     env = launch_env(threads=1)
     assert env["OMP_NUM_THREADS"] == "1" and env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
-    assert env["PYTHONUNBUFFERED"] == "1", "forked workers print each line at once, as python -u would"
+    assert env["PYTHONUNBUFFERED"] == "1", "each line a rank prints arrives at once, as python -u would"
 
 
-def test_forked_workers_are_torchruns_own_flags_and_only_the_default_under_make_test(monkeypatch):
-    forked = torchrun_command("common.ddp.train", ["--a", "1"], max_restarts=1, fork_workers=True)
-    assert forked[1:6] == ["-m", "common.ddp.agent", "--nproc-per-node=2", "--standalone", "--max-restarts=1"]
-    assert forked[6:8] == ["--start-method=fork", "--run-path"] and forked[-2:] == ["--a", "1"]
-    assert Path(forked[8]).is_absolute() and forked[8].endswith(str(Path("common", "ddp", "train.py")))
-    for quick, form in (("1", "--run-path"), ("0", "-m"), ("", "-m")):
-        monkeypatch.setenv("COMPANION_QUICK", quick)
-        assert form in torchrun_command("common.ddp.train"), quick
-    with pytest.raises(ValueError, match="no_such_module is not a module"):
-        torchrun_command("no_such_module", fork_workers=True)
-
-
-def test_a_script_is_run_by_path_and_forked_by_run_path_under_make_test(monkeypatch, tmp_path):
-    script = tmp_path / "collectives.py"
-    monkeypatch.chdir(tmp_path)
-    assert worker_entry("collectives.py", ["--repeats", "3"], fork_workers=False) == [
-        "collectives.py", "--repeats", "3"]
-    assert worker_entry("collectives.py", ["--repeats", "3"], fork_workers=True) == [
-        "--start-method=fork", "--run-path", str(script.resolve()), "--repeats", "3"]
-    for quick, expected in (("1", ["--start-method=fork", "--run-path", str(script.resolve())]),
-                            ("", [str(script)])):
-        monkeypatch.setenv("COMPANION_QUICK", quick)
-        assert worker_entry(script) == expected, quick
+def test_a_script_is_run_by_path_and_a_module_with_m(tmp_path):
+    assert worker_entry("collectives.py", ["--repeats", "3"]) == ["collectives.py", "--repeats", "3"]
+    assert worker_entry(tmp_path / "x.py") == [str(tmp_path / "x.py")]
+    assert worker_entry("common.ddp.train", ["--tiny"]) == ["-m", "common.ddp.train", "--tiny"]
 
 
 def test_an_expected_error_is_one_line_even_when_a_worker_raised_it(monkeypatch, capsys):
@@ -139,30 +120,3 @@ def test_allreduce_seconds_times_every_size_each_round_without_a_group():
 
 def test_the_cost_line_reports_the_fastest_call_of_each_size():
     assert fastest_ms({256: [0.003, 0.001, 0.002], 4096: [0.0025]}) == "256:1.000 4096:2.500"
-
-
-def test_the_forking_agent_imports_the_workers_libraries_then_runs_torchrun_on_the_same_args(monkeypatch):
-    import torch.distributed.run as torchrun
-
-    from common.ddp import agent, forking
-
-    calls = []
-    monkeypatch.setattr(forking.importlib, "import_module", lambda name: calls.append(("import", name)))
-    monkeypatch.setattr(torchrun, "main", lambda args=None: calls.append(("torchrun", args)))
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    agent.main(("--standalone", "--start-method=fork", "--run-path", "/runs/06_1/train.py", "--tiny"))
-    assert calls == [*(("import", name) for name in forking.PRELOAD),
-                     ("torchrun", ["--standalone", "--start-method=fork", "--run-path", "/runs/06_1/train.py",
-                                   "--tiny"])]
-    assert "torchvision.transforms.v2" in forking.PRELOAD and "pandas" in forking.PRELOAD
-    assert sys.path[0] == "/runs/06_1", "a forked worker imports what lies beside its script, as `python script.py`"
-
-
-def test_the_forking_agent_leaves_sys_path_alone_without_run_path(monkeypatch):
-    from common.ddp import agent
-
-    before = list(sys.path)
-    monkeypatch.setattr(sys, "path", list(before))
-    # --run-path here is the script's own argument (after the module), not torchrun's flag
-    agent.script_folder_first(["--standalone", "--nproc-per-node=2", "-m", "common.x", "--run-path", "/elsewhere/x.py"])
-    assert sys.path == before

@@ -12,7 +12,7 @@ from common.fsdp.elastic import agree_on_settings, elastic_command, read_log, se
 
 
 def test_elastic_command_is_a_c10d_rendezvous_of_one_to_two_agents():
-    command = elastic_command("common.fsdp.train", ["--tiny"], endpoint="127.0.0.1:29555", fork_workers=False)
+    command = elastic_command("common.fsdp.train", ["--tiny"], endpoint="127.0.0.1:29555")
     assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert {"--nnodes=1:2", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:29555",
             "--max-restarts=0"} <= set(command)
@@ -23,11 +23,8 @@ def test_elastic_command_is_a_c10d_rendezvous_of_one_to_two_agents():
 def test_elastic_command_runs_a_script_as_its_workers_too(tmp_path):
     """ex06 Exercise 9 stages chapter 6.4's leave with a learner's script, not a module."""
     script = tmp_path / "elastic_train.py"
-    command = elastic_command(str(script), ["--steps", "3"], endpoint="127.0.0.1:29555", fork_workers=False)
+    command = elastic_command(str(script), ["--steps", "3"], endpoint="127.0.0.1:29555")
     assert "-m" not in command[3:] and command[-3:] == [str(script), "--steps", "3"]
-    forked = elastic_command(str(script), ["--steps", "3"], endpoint="127.0.0.1:29555", fork_workers=True)
-    assert forked[:3] == [sys.executable, "-m", "torch.distributed.run"]  # torchrun's own agent
-    assert forked[-5:] == ["--start-method=fork", "--run-path", str(script.resolve()), "--steps", "3"]
 
 
 def test_read_log_skips_a_line_still_being_written(tmp_path):

@@ -1,0 +1,79 @@
+"""The sizes ``make test`` gives each notebook, and the one rewrite that gives them.
+
+Every size a test shrinks (epochs, images, steps, repeats) lives in one code cell of the notebook,
+tagged ``parameters`` (papermill's convention), with the learner's values. The tests run the same
+notebook with that cell's values replaced by the ones below, and change nothing else: the learner's
+path is the tested path. ``tests/unit/test_notebook_parameters.py`` proves it, comparing the
+rewritten sources with the committed ones.
+
+The rewrite keeps the cell's text and comments and replaces the right-hand side of each named
+top-level assignment; a name that the cell does not assign exactly once is refused.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+#: The tag of the cell that holds the sizes.
+TAG = "parameters"
+
+#: Test values per notebook, keyed by file stem (the same for the zh edition and both exercise copies).
+TEST_PARAMETERS: dict[str, dict[str, object]] = {
+    "02_3_custom_datasets": {"NUM_EPOCHS": 3},
+}
+
+
+def parameters_cells(cells: list) -> list[int]:
+    """Indices of the code cells tagged ``parameters``."""
+    return [i for i, cell in enumerate(cells) if cell.get("cell_type") == "code"
+            and TAG in (cell.get("metadata", {}).get("tags") or [])]
+
+
+def rewrite_source(source: str, values: dict[str, object], *, where: str = "the parameters cell") -> str:
+    """``source`` with the right-hand side of each ``NAME = ...`` in ``values`` replaced by its repr."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    spans = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name in spans:
+                raise ValueError(f"{where}: {name} is assigned twice")
+            spans[name] = node.value
+    missing = sorted(set(values) - set(spans))
+    if missing:
+        raise ValueError(f"{where} assigns no {', '.join(missing)} (it has {', '.join(sorted(spans)) or 'none'})")
+    # Replace from the last assignment up, so that earlier offsets stay valid.
+    for name in sorted(values, key=lambda n: (spans[n].lineno, spans[n].col_offset), reverse=True):
+        value = spans[name]
+        start = _offset(lines, value.lineno, value.col_offset)
+        end = _offset(lines, value.end_lineno, value.end_col_offset)
+        source = source[:start] + repr(values[name]) + source[end:]
+        lines = source.splitlines(keepends=True)
+    return source
+
+
+def _offset(lines: list[str], lineno: int, col: int) -> int:
+    """The character offset of (line, UTF-8 byte column) as ``ast`` reports them."""
+    line = lines[lineno - 1]
+    return sum(len(text) for text in lines[:lineno - 1]) + len(line.encode()[:col].decode())
+
+
+def test_values(path: str | Path) -> dict[str, object]:
+    """The test values of a notebook (an empty dict: the notebook runs as committed)."""
+    return TEST_PARAMETERS.get(Path(path).stem, {})
+
+
+def apply_parameters(nb, path: str | Path):
+    """Rewrite ``nb``'s parameters cell (in place) with the test values of ``path``; return ``nb``."""
+    values = test_values(path)
+    found = parameters_cells(nb["cells"])
+    if len(found) > 1:
+        raise ValueError(f"{path}: {len(found)} cells are tagged {TAG!r}; one holds every size")
+    if values and not found:
+        raise ValueError(f"{path}: no code cell is tagged {TAG!r}, but tests give it {sorted(values)}")
+    if values:
+        cell = nb["cells"][found[0]]
+        cell["source"] = rewrite_source(cell["source"], values, where=f"{path}'s parameters cell")
+    return nb
