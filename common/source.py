@@ -1,7 +1,8 @@
-"""Show code in a notebook: a function's source, or the change between two scripts, highlighted.
+"""Show code in a notebook: a function's source, a script file, or the change between two scripts, highlighted.
 
-Chapters use it to open the ``common`` code they run (``show_source(train_one_epoch)``) and to
-show a script's diff against the version before (``show_diff(single, ddp)``). The objects it
+Chapters use it to open the ``common`` code they run (``show_source(train_one_epoch)``), to show a
+script they run (``show_file("scripts/04_1/single.py")``) and its diff against the version before
+(``show_diff("scripts/04_1/single.py", "scripts/04_1/ddp_step1.py")``). The objects it
 returns display as highlighted HTML in Jupyter and as plain text everywhere else (a terminal,
 a code host that shows only the text of a stored output).
 """
@@ -12,6 +13,7 @@ import difflib
 import inspect
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -57,24 +59,43 @@ def show_source(obj: object) -> Code:
     return Code(textwrap.dedent("".join(lines)), title=where)
 
 
-def show_diff(before: str, after: str, *, before_name: str = "before",
-              after_name: str = "after", context: int = 1) -> Code:
-    """A unified diff of two texts (two versions of a script), highlighted.
+def show_file(path: str | Path) -> Code:
+    """A script file, titled with its path as given (relative to the notebook: ``scripts/04_1/ddp.py``).
+
+    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    """
+    return Code(Path(path).read_text(encoding="utf-8"), title=Path(path).as_posix())
+
+
+def show_diff(before: str | Path, after: str | Path, *, before_name: str | None = None,
+              after_name: str | None = None, context: int = 1) -> Code:
+    """A unified diff of two versions of a script, highlighted: two files (``Path`` or a path
+    ending in ``.py``, named by their file names) or two texts.
 
     Returns:
         A :class:`Code` whose text is the diff; ``Code.text.count("\\n+")`` counts added lines.
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
+    before, before_name = _text_and_name(before, before_name, "before")
+    after, after_name = _text_and_name(after, after_name, "after")
     diff = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
                                 before_name, after_name, n=context)
     return Code("".join(diff), title=f"{before_name} -> {after_name}", language="diff")
 
 
-def changed_lines(before: str, after: str) -> tuple[int, int]:
-    """(lines removed, lines added) between two texts.
+def _text_and_name(code: str | Path, name: str | None, default: str) -> tuple[str, str]:
+    """A file's text and name (a ``Path``, or a string naming a ``.py`` file), or a text and ``name``."""
+    if isinstance(code, Path) or (code.endswith(".py") and "\n" not in code):
+        return Path(code).read_text(encoding="utf-8"), name or Path(code).name
+    return code, name or default
+
+
+def changed_lines(before: str | Path, after: str | Path) -> tuple[int, int]:
+    """(lines removed, lines added) between two texts or two files.
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
+    before, after = _text_and_name(before, None, "")[0], _text_and_name(after, None, "")[0]
     ops = list(difflib.ndiff(before.splitlines(), after.splitlines()))
     return sum(op.startswith("- ") for op in ops), sum(op.startswith("+ ") for op in ops)
