@@ -26,6 +26,7 @@ from common.annotations import (
     read_annotations,
     resolve_inside,
 )
+from common.images.pixels import viewer_rgb
 
 __all__ = ["BadSampleError", "CustomDataset", "CustomImageDataset", "DECODE_ERRORS", "check_pixels",
            "decode_errors", "describe_image", "load_rgb", "open_image", "parse_label",
@@ -44,13 +45,18 @@ def readonly_view(array: np.ndarray) -> np.ndarray:
 
 
 def load_rgb(path: str | os.PathLike, *, where: str = "",
-             max_pixels: int | None = None) -> Image.Image:
+             max_pixels: int | None = None, orientation: str = "exif") -> Image.Image:
     """Open an image file and decode it fully as RGB, naming the file on failure.
+
+    The pixels are the ones a viewer shows (``common.images.pixels.viewer_rgb``): EXIF
+    orientation applied (``orientation="raw"`` keeps the stored one), 16-bit and float images
+    scaled to 8 bits, transparency composited on white.
 
     Args:
         path: Image file.
         where: Extra context for the error message, e.g. ``"labels.csv line 7"``.
         max_pixels: Refuse images with more pixels than this (see ``open_image``).
+        orientation: ``"exif"`` (default) or ``"raw"``.
 
     Raises:
         BadSampleError: If the file is missing, not an image, truncated or too large.
@@ -60,7 +66,7 @@ def load_rgb(path: str | os.PathLike, *, where: str = "",
     path = Path(path)  # a NumPy string would show as np.str_('...') in PIL's message
     with decode_errors(describe_image(path, where)):
         with open_image(path, max_pixels=max_pixels) as image:
-            return image.convert("RGB")  # convert() forces the full decode
+            return viewer_rgb(image, orientation=orientation)  # forces the full decode
 
 
 #: What PIL (OSError, UnidentifiedImageError, SyntaxError, ValueError, DecompressionBombError)

@@ -20,8 +20,10 @@ No torchvision at import: only the ImageFolder layout loads it, when it is read.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ import numpy as np
 from common.annotations import BadSampleError, read_annotations
 from common.data import CustomImageDataset, load_rgb
 from common.digests import file_sha256
+from common.images.listing import FolderListing, list_folder, system_entry
 from common.synthetic import ShapesData, ensure_data
 
 LAYOUTS = ("shapes", "imagefolder", "csv")
@@ -136,9 +139,11 @@ def layout_of(root: Path) -> str:
 
 
 def _class_folders(folder: Path) -> list[str]:
+    """The class names of ``folder`` (NFC, sorted; system and hidden folders left out)."""
     if not folder.is_dir():
         return []
-    return sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
+    return sorted({unicodedata.normalize("NFC", entry.name) for entry in os.scandir(folder)
+                   if system_entry(entry.name) is None and entry.is_dir()})
 
 
 def csv_flag_problems(config) -> dict[str, str]:
@@ -221,7 +226,7 @@ def folder_data(root: Path) -> ImageData:
 
     Introduced in docs/scripts.md ("Your own images").
     """
-    classes = tuple(_class_folders(root / "train"))
+    classes = list_folder(root / "train").refuse().classes
     at_least_two_classes(classes, root / "train")
     return ImageData("imagefolder", classes, SplitFiles(root / "train", None, "--data train/"),
                      SplitFiles(root / "val", None, "--data val/"),
@@ -261,38 +266,39 @@ def csv_classes(csv: Path) -> tuple[tuple[str, ...], bool]:
 
 
 def image_folder(root: Path, transform: Callable | None = None, *,
-                 classes: tuple[str, ...] | None = None):
-    """torchvision's ``ImageFolder`` over ``root``, read with ``load_rgb`` (errors name the file).
+                 classes: tuple[str, ...] | None = None, orientation: str = "exif",
+                 listing: FolderListing | None = None):
+    """torchvision's ``ImageFolder`` over ``root``, its samples from ``common.images.listing``
+    (system files skipped, files decided by content, each once), read with ``load_rgb``
+    (errors name the file; EXIF ``orientation`` applied unless ``"raw"``).
 
     Args:
         classes: The training split's classes: ``root``'s folders must be among them, and its
             labels are numbered by them (a validation split may lack a class).
+        listing: ``list_folder(root, classes=classes)`` if already made.
+
+    Raises:
+        FolderError: Naming every file or folder the listing refuses.
 
     Introduced in docs/scripts.md ("Your own images").
     """
-    from torchvision.datasets import ImageFolder  # the ImageFolder layout only
+    from torchvision.datasets import ImageFolder, VisionDataset  # the ImageFolder layout only
 
-    if not _class_folders(root):
-        raise DataLayoutError(f"{root} holds no class folders (expected {root}/<class>/<image>)")
-    try:
-        dataset = ImageFolder(os.fspath(root), transform, loader=load_rgb)
-    except FileNotFoundError as error:  # a class folder without one image file
-        raise DataLayoutError(f"{root}: {error}") from error
-    if classes is not None and list(classes) != dataset.classes:
-        _renumber(dataset, root, classes)
+    listing = (listing or list_folder(root, classes=classes)).refuse()
+    if not listing.samples:
+        raise DataLayoutError(f"{root} holds no class folders with images (expected "
+                              f"{root}/<class>/<image>)")
+    dataset = ImageFolder.__new__(ImageFolder)  # a plain ImageFolder (picklable), listed by us
+    VisionDataset.__init__(dataset, os.fspath(root), transform=transform)
+    dataset.loader = (load_rgb if orientation == "exif"
+                      else functools.partial(load_rgb, orientation=orientation))
+    dataset.extensions = None
+    dataset.classes = list(listing.classes)
+    dataset.class_to_idx = {name: i for i, name in enumerate(listing.classes)}
+    dataset.samples = list(listing.samples)
+    dataset.imgs, dataset.targets = dataset.samples, [label for _, label in listing.samples]
+    dataset.listing = listing
     return dataset
-
-
-def _renumber(dataset, root: Path, classes: tuple[str, ...]) -> None:
-    """Number ``dataset``'s labels by ``classes`` (the training split's), refusing others."""
-    unknown = [name for name in dataset.classes if name not in classes]
-    if unknown:
-        raise DataLayoutError(f"{root}: class folder(s) {unknown} are not classes of the training "
-                              f"split (classes: {list(classes)})")
-    index = {name: i for i, name in enumerate(classes)}
-    dataset.samples = [(path, index[dataset.classes[label]]) for path, label in dataset.samples]
-    dataset.imgs, dataset.targets = dataset.samples, [label for _, label in dataset.samples]
-    dataset.classes, dataset.class_to_idx = list(classes), index
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, S
 
 from common.data import CustomImageDataset, decode_errors, describe_image, open_image
 from common.imagenet import IMAGENET_MEAN, IMAGENET_STD
+from common.images.pixels import shown_size, viewer_rgb
 
 DECODERS = ("pil_draft", "torchvision")
 #: The start of torchvision 0.29's DeprecationWarning for its image decoders (see decode_tensor).
@@ -40,6 +41,7 @@ _TV_DEPRECATION = "The image decoding and encoding capabilities of TorchVision a
 def decode_tensor(data: torch.Tensor, *, jpeg: bool = False) -> torch.Tensor:
     """Encoded bytes (a 1-D uint8 tensor) -> uint8 RGB ``(3, H, W)`` with ``torchvision.io``.
 
+    EXIF orientation is applied, as on the PIL paths (``common.images.pixels.viewer_rgb``).
     ``jpeg=True`` calls ``decode_jpeg`` directly (skips format sniffing). The one
     ``DeprecationWarning`` torchvision 0.29 raises on every call (its decoders move to
     TorchCodec, not installed here) is silenced for this call only; any other warning shows.
@@ -51,8 +53,8 @@ def decode_tensor(data: torch.Tensor, *, jpeg: bool = False) -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_TV_DEPRECATION, category=DeprecationWarning)
         if jpeg:
-            return decode_jpeg(data, mode=ImageReadMode.RGB)
-        return decode_image(data, mode=ImageReadMode.RGB)
+            return decode_jpeg(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
+        return decode_image(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
 
 
 def resized_size(width: int, height: int, resize_size: int) -> tuple[int, int]:
@@ -89,9 +91,11 @@ class DraftPilDecoder:
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
 
-    def __init__(self, *, resize_size: int = 256, crop_size: int = 224, draft: bool = True) -> None:
+    def __init__(self, *, resize_size: int = 256, crop_size: int = 224, draft: bool = True,
+                 orientation: str = "exif") -> None:
         if crop_size > resize_size:
             raise ValueError(f"crop_size {crop_size} exceeds resize_size {resize_size}")
+        self.orientation = orientation
         self.resize_size = resize_size
         self.crop_size = crop_size
         self.draft = draft
@@ -99,10 +103,12 @@ class DraftPilDecoder:
     def __call__(self, path: str | os.PathLike, *, where: str = "") -> torch.Tensor:
         with decode_errors(describe_image(path, where)):
             with open_image(path) as image:
-                target = resized_size(*image.size, self.resize_size)
+                shown = shown_size(image, self.orientation)  # as a viewer shows it (EXIF)
+                target = resized_size(*shown, self.resize_size)
                 if self.draft and image.format == "JPEG":
-                    image.draft("RGB", target)  # never smaller than the target
-                image = image.convert("RGB")
+                    stored = target if shown == image.size else target[::-1]
+                    image.draft("RGB", stored)  # never smaller than the target
+                image = viewer_rgb(image, orientation=self.orientation)
         image = image.resize(target, Image.Resampling.BILINEAR)
         image = image.crop(center_box(*target, self.crop_size))
         return torch.from_numpy(np.asarray(image).transpose(2, 0, 1).copy())

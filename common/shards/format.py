@@ -25,6 +25,7 @@ from PIL import Image
 
 from common.data import BadSampleError, decode_errors, open_image
 from common.digests import file_sha256
+from common.images.pixels import viewer_rgb
 
 MANIFEST_NAME = "manifest.json"
 IMAGE_EXTENSIONS = {".jpg": "jpg", ".jpeg": "jpg", ".png": "png"}
@@ -371,4 +372,4 @@ def decode_image(record: ShardRecord, *, max_pixels: int | None = None) -> Image
     with decode_errors(f"shard {record.shard}: member {record.member}: cannot decode image",
                        ShardError):
         with open_image(io.BytesIO(record.data), max_pixels=max_pixels) as image:
-            return image.convert("RGB")
+            return viewer_rgb(image)  # as common.data.load_rgb: EXIF, 16 bits, transparency

@@ -124,7 +124,7 @@ def test_an_empty_split_is_refused_naming_it(pets, guide, tmp_path):
     with pytest.raises(DataLayoutError, match=rf"{root / 'val'} holds no class folders"):
         folder_data(root).dataset("val")
     (root / "val" / "cat").mkdir()  # a class folder without one image
-    with pytest.raises(DataLayoutError, match=rf"{root / 'val'}: Found no valid file"):
+    with pytest.raises(BadSampleError, match=rf"{root / 'val' / 'cat'}: a class folder without one image"):
         folder_data(root).dataset("val")
     empty = tmp_path / "empty.csv"
     empty.write_text("file_name,label\n")
@@ -151,8 +151,8 @@ def test_labels_out_of_range_are_refused_naming_the_csv_and_line(tmp_path):
 def test_validation_classes_the_training_split_lacks_are_refused(pets, guide, tmp_path):
     root = _copy(pets, tmp_path)
     (root / "val" / "fish").rename(root / "val" / "cow")
-    with pytest.raises(DataLayoutError, match=r"class folder\(s\) \['cow'\] are not classes of "
-                                              r"the training split"):
+    with pytest.raises(BadSampleError, match=r"cow: class 'cow' is not a class of the training "
+                                             r"split"):
         folder_data(root).dataset("val")
     shutil.rmtree(root / "val" / "cow")  # a split without one class: numbered by train's
     assert sorted(set(folder_data(root).dataset("val").targets)) == [0, 1]
@@ -166,8 +166,12 @@ def test_validation_classes_the_training_split_lacks_are_refused(pets, guide, tm
 def test_an_unreadable_image_is_named_when_it_is_first_read(pets, tmp_path):
     root = _copy(pets, tmp_path)
     broken = root / "train" / "dog" / "img_0.jpg"
-    broken.write_bytes(b"not a JPEG")
-    dataset = folder_data(root).dataset("train")  # listed: not read yet
+    whole = broken.read_bytes()
+    broken.write_bytes(b"not a JPEG")  # no image at all: refused when listed, named
+    with pytest.raises(BadSampleError, match=rf"{broken}: not an image .*a damaged file"):
+        folder_data(root).dataset("train")
+    broken.write_bytes(whole[:whole.index(b"\xff\xda") + 20])  # a header, data cut: refused when decoded
+    dataset = folder_data(root).dataset("train")  # listed: not decoded yet
     index = [path for path, _ in dataset.samples].index(str(broken))
     with pytest.raises(BadSampleError, match=rf"cannot decode image {broken}"):
         dataset[index]

@@ -1,0 +1,13 @@
+"""Your own images as they are on disk: one listing of a folder, pixels as a viewer shows them.
+
+- ``listing``: what a folder of class folders holds (``list_folder``), the one listing every path
+  reads (the decode pipeline, the uint8 cache, the shards, the CSV layout's check, the trainers):
+  system and hidden files skipped and counted, every file decided by its content, class names
+  NFC-normalized, whatever cannot be used refused naming the file.
+- ``pixels``: an opened image as a viewer shows it (``viewer_rgb``): EXIF orientation applied,
+  16-bit and float images scaled to 8 bits, transparency composited on white.
+- ``checking``: a folder's report before any training (``check_data``), shown by the entry point
+  ``check`` (``python -m common.images.check DIR``, ``companion-check-images``).
+- ``splitting``: a train/val split of a folder or a labels CSV (``split_folder``, ``split_csv``),
+  and its entry point ``split`` (``python -m common.images.split``, ``companion-split-images``).
+"""
