@@ -10,6 +10,8 @@
 # - Saving and loading weights.
 #
 # Everything runs on the synthetic shapes dataset that `make data` writes (no downloads).
+#
+# > **Prerequisites:** Python and NumPy; no deep learning yet · **Time:** about 20 min to read, 1 min to run on a 2-core laptop · **Main path:** every section; this chapter has no optional ones.
 
 # %% [markdown]
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/01_pytorch_basics.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/01_pytorch_basics.ipynb)
@@ -124,8 +126,7 @@ print("mean per channel on", on_device.device, ":", on_device.mean(dim=(0, 2, 3)
 # NumPy arrays and CPU tensors can share memory (`torch.from_numpy`), so a change to one is visible in the
 # other — no copy was made:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 array = np.zeros(3, dtype=np.float32)
 shared = torch.from_numpy(array)
 array[0] = 7.0
@@ -137,8 +138,7 @@ shared
 # Every operation on a tensor with `requires_grad=True` is recorded; `backward()` walks the record
 # backwards and fills `.grad`. For $y = \sum_i x_i^2$ the gradient is $2x$ — autograd agrees.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 x = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
 y = (x**2).sum()
 y.backward()
@@ -315,13 +315,17 @@ assert torch.equal(model(probe), restored(probe))
 print("restored model agrees on", len(probe), "validation images")
 
 # %% [markdown]
-# Finally, a few validation predictions, so you can see what the numbers mean:
+# Finally, a few validation predictions, so you can see what the numbers mean: the first 16 images of the
+# split, each titled with the predicted class, a ✗ on a wrong one. An accuracy of 0.95 still leaves about one
+# image in twenty wrong, and the errors need not spread evenly: the cell prints how many the whole split has
+# and how many of them fall among the 16 shown.
 
 # %%
 with torch.no_grad():
-    predicted = model(probe).argmax(1).cpu()
-truth = val_set.tensors[1][:16]
-titles = [f"{CLASSES[p]}{'' if p == t else ' ✗'}" for p, t in zip(predicted.tolist(), truth.tolist(), strict=True)]
+    predicted = torch.cat([model(images.to(device)).argmax(1).cpu() for images, _ in val_loader])
+wrong = (predicted != val_set.tensors[1]).nonzero().flatten().tolist()
+print(f"{len(wrong)} of {len(val_set)} validation images wrong; among the 16 shown: {[i for i in wrong if i < 16]}")
+titles = [f"{CLASSES[p]}{' ✗' if i in wrong else ''}" for i, p in enumerate(predicted[:16].tolist())]
 show_images(list(val_set.tensors[0][:16]), titles, ncols=8);
 plt.show()
 
@@ -332,6 +336,12 @@ plt.show()
 # - Autograd records operations as they run: the graph is dynamic, so Python control flow in `forward` just works (§1.2).
 # - Training = forward, loss, `backward()`, `optimizer.step()`, repeated over batches and epochs; evaluate without gradients.
 # - Save `state_dict`s and load them with `weights_only=True`.
+#
+# ## Further reading
+# - [Learn the Basics](https://pytorch.org/tutorials/beginner/basics/intro.html): PyTorch's own tour of tensors, data, models, autograd and saving, one page each.
+# - [A Gentle Introduction to `torch.autograd`](https://pytorch.org/tutorials/beginner/blitz/autograd_tutorial.html): how the recorded graph turns into gradients.
+# - [`torch.nn` documentation](https://pytorch.org/docs/stable/nn.html): every layer and loss used here, with their shapes.
+# - [Saving and Loading Models](https://pytorch.org/tutorials/beginner/saving_loading_models.html): `state_dict`, checkpoints with the optimizer, and `weights_only`.
 #
 # ## Exercises
 # 1. Change `DataDependentNet`'s threshold and predict how the printed graph changes before running it.

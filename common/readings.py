@@ -28,7 +28,7 @@ _COMPARE = {">=": (operator.ge, "≥"), "<=": (operator.le, "≤"), ">": (operat
 #: What the first line of a reading looks like (``make figures`` and ``make lessons`` parse it).
 FIGURE_LINE = re.compile(r"^\[figure (?P<key>[\w./-]+)\] (?P<value>-?[\d.,]+)(?P<unit>.*?) — (?P<what>.+)$")
 #: What the second line says of the machine.
-MACHINE_PART = re.compile(r"on (?P<cores>\d+) cores? at load average (?P<load>[\d.]+|unknown)")
+MACHINE_PART = re.compile(r"on (?P<cores>\d+) cores? at load average (?P<load>\d+(?:\.\d+)?|unknown)")
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,10 @@ class Reading:
 
 
 def _number(value: float) -> str:
-    """A figure as the readings print it: 3 significant digits, no exponent."""
+    """A figure as the readings print it: 3 significant digits (2 below 1), trailing zeros kept."""
     if value == 0 or abs(value) >= 100:
         return f"{value:,.0f}"
-    return f"{value:.3g}" if abs(value) >= 1 else f"{value:.2g}"
+    return f"{value:#.3g}" if abs(value) >= 1 else f"{value:#.2g}"
 
 
 def read_figure(key: str, value: float, *, unit: str, what: str,

@@ -17,6 +17,10 @@ English only in those.
   (``exercises/solutions/exNN_*.ipynb``); ``build`` also writes the student version of each into
   ``chapters/zh/exercises/`` (``course.assignments.student_text``), as ``make assignments`` does
   for the English ones, which are generated and not translated themselves.
+- A chapter's scripts (``chapters/scripts/<number>/``, the files it runs and shows) are translated with
+  it: their comments are entries of its ``.po`` file, and ``build`` writes their Chinese copies to
+  ``chapters/zh/scripts/<number>/``, which the Chinese notebook (in ``chapters/zh/``) runs by the same
+  relative path.
 - ``status`` prints, per notebook, how much is translated; notebooks not listed in TRANSLATED
   are *pending*. ``check`` fails (exit status 1) naming each notebook and cell whose translation
   is missing, fuzzy or stale, and each built notebook that is out of date.
@@ -25,6 +29,7 @@ English only in those.
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +60,30 @@ def english_notebooks(chapters: Path | None = None) -> list[str]:
     chapters = chapters or chapters_dir()
     found = sorted(chapters.glob("*.ipynb")) + sorted((chapters / "exercises" / SOLUTIONS).glob("*.ipynb"))
     return [p.relative_to(chapters).as_posix() for p in found]
+
+
+def script_folder(notebook: str, chapters: Path | None = None) -> Path | None:
+    """``chapters/scripts/<number>`` of a chapter (``04_1`` for ``04_1_ddp_fundamentals.ipynb``), or
+    None for a notebook that is no chapter (an exercise)."""
+    number = re.match(r"(\d\d(?:_\d)?)_", notebook)
+    return (chapters or chapters_dir()) / "scripts" / number[1] if number and "/" not in notebook else None
+
+
+def scripts_of(notebook: str, chapters: Path | None = None) -> dict[str, str]:
+    """The texts of a chapter's scripts by their path relative to the notebook (``scripts/04_1/ddp.py``)."""
+    chapters = chapters or chapters_dir()
+    folder = script_folder(notebook, chapters)
+    if folder is None or not folder.is_dir():
+        return {}
+    return {path.relative_to(chapters).as_posix(): path.read_text(encoding="utf-8")
+            for path in sorted(folder.rglob("*.py")) if "__pycache__" not in path.parts}
+
+
+def built_scripts(notebook: str, po: polib.POFile, chapters: Path | None = None) -> dict[Path, str]:
+    """Each Chinese script ``build`` writes for a chapter, by its path under ``chapters/zh/``."""
+    chapters = chapters or chapters_dir()
+    return {zh_dir(chapters) / name: translate_comments.build_script(notebook, text, po)
+            for name, text in scripts_of(notebook, chapters).items()}
 
 
 def zh_student_version(notebook: str, chapters: Path | None = None) -> Path | None:
@@ -113,20 +142,26 @@ def _kind(msgctxt: str | None) -> str:
     return msgctxt.rsplit("#", 1)[-1] if translate_comments.is_comment_context(msgctxt) else "cell"
 
 
-def wanted_entries(notebook: str, nb: nbformat.NotebookNode) -> list[tuple[str, str, list[int]]]:
-    """``(msgctxt, msgid, cell indexes)`` of every entry the notebook needs, in cell order."""
+def wanted_entries(notebook: str, nb: nbformat.NotebookNode, scripts: dict[str, str] | None = None
+                   ) -> list[tuple[str, str, list[int | str]]]:
+    """``(msgctxt, msgid, places)`` of every entry the notebook needs, in cell order, then its
+    scripts' comments (a place is a cell index or a script's name)."""
     cells = [(context(notebook, i), source, [i]) for i, source in markdown_cells(nb)]
-    comments = translate_comments.wanted_entries(notebook, nb)
-    return sorted(cells + comments, key=lambda e: (e[2][0], translate_comments.is_comment_context(e[0])))
+    comments = translate_comments.wanted_entries(notebook, nb, scripts)
+    after = len(nb.cells)  # a script's comments come after every cell
+    return sorted(cells + comments, key=lambda e: (e[2][0] if isinstance(e[2][0], int) else after,
+                                                   translate_comments.is_comment_context(e[0])))
 
 
-def update_po(notebook: str, nb: nbformat.NotebookNode, old: polib.POFile) -> polib.POFile:
-    """A ``.po`` for the English ``nb``, keeping what ``old`` translated (see the module doc)."""
+def update_po(notebook: str, nb: nbformat.NotebookNode, old: polib.POFile,
+              scripts: dict[str, str] | None = None) -> polib.POFile:
+    """A ``.po`` for the English ``nb`` (and its scripts), keeping what ``old`` translated (see the
+    module doc)."""
     po = _new_po(notebook)
     po.metadata.update({k: v for k, v in old.metadata.items() if k not in po.metadata})
     previous = [e for e in old if e.msgstr and not e.obsolete]
     used: set[int] = set()
-    wanted = wanted_entries(notebook, nb)
+    wanted = wanted_entries(notebook, nb, scripts)
     matched: dict[int, polib.POEntry] = {}
     for n, (ctxt, source, _) in enumerate(wanted):  # first the unchanged ones, wherever they moved
         same = [e for e in previous if e.msgid == source and id(e) not in used
@@ -159,16 +194,17 @@ def update_po(notebook: str, nb: nbformat.NotebookNode, old: polib.POFile) -> po
     return po
 
 
-def problems_of(notebook: str, nb: nbformat.NotebookNode, po: polib.POFile) -> list[str]:
-    """Each markdown cell and code comment of ``nb`` without a current translation, named by
-    notebook and cell."""
+def problems_of(notebook: str, nb: nbformat.NotebookNode, po: polib.POFile,
+                scripts: dict[str, str] | None = None) -> list[str]:
+    """Each markdown cell and code comment of ``nb`` (and its scripts) without a current translation,
+    named by notebook and cell (or script)."""
     by_context = {e.msgctxt: e for e in po if not e.obsolete and _kind(e.msgctxt) == "cell"}
     found = []
     for index, source in markdown_cells(nb):
         entry = by_context.get(context(notebook, index))
         if problem := translate_comments.entry_problem(entry, source):
             found.append(f"{_describe(notebook, index, source)}: {problem}")
-    return found + translate_comments.comment_problems(notebook, nb, po)
+    return found + translate_comments.comment_problems(notebook, nb, po, scripts)
 
 
 def build_notebook(notebook: str, nb: nbformat.NotebookNode, po: polib.POFile
@@ -202,7 +238,16 @@ def check(notebook: str, chapters: Path | None = None) -> list[str]:
     """What keeps a required notebook from being complete and built."""
     chapters = chapters or chapters_dir()
     nb = nbformat.read(chapters / notebook, as_version=4)
-    found = problems_of(notebook, nb, load_po(notebook, chapters))
+    po = load_po(notebook, chapters)
+    found = problems_of(notebook, nb, po, scripts_of(notebook, chapters))
+    expected = built_scripts(notebook, po, chapters)
+    for path, text in expected.items():
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            found.append(f"{notebook}: {_shown(path, chapters)} is missing or out of date (run `make translations`)")
+    if (folder := script_folder(notebook, chapters)) is not None:
+        zh_folder = zh_dir(chapters) / folder.relative_to(chapters)
+        for stale in sorted(set(zh_folder.rglob("*.py")) - set(expected)) if zh_folder.is_dir() else ():
+            found.append(f"{notebook}: {_shown(stale, chapters)} has no English script any more: remove it")
     built = zh_dir(chapters) / notebook
     if not built.is_file():
         found.append(f"{notebook}: chapters/zh/{notebook} is missing (run `make translations`)")
@@ -225,10 +270,10 @@ def status_lines(chapters: Path | None = None, notebooks: tuple[str, ...] = ()) 
     lines = []
     for notebook in notebooks or english_notebooks(chapters):
         nb = nbformat.read(chapters / notebook, as_version=4)
-        po = load_po(notebook, chapters)
-        total, comments = len(markdown_cells(nb)), len(translate_comments.wanted_entries(notebook, nb))
-        missing = len(problems_of(notebook, nb, po))
-        untranslated = len(translate_comments.comment_problems(notebook, nb, po))
+        po, scripts = load_po(notebook, chapters), scripts_of(notebook, chapters)
+        total, comments = len(markdown_cells(nb)), len(translate_comments.wanted_entries(notebook, nb, scripts))
+        missing = len(problems_of(notebook, nb, po, scripts))
+        untranslated = len(translate_comments.comment_problems(notebook, nb, po, scripts))
         cells = missing - untranslated
         state = "required" if notebook in listed else "pending "
         verdict = "complete" if missing == 0 else f"{cells} cells and {untranslated} comments to translate"
@@ -291,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     for notebook in args.notebooks or default:
         if args.command == "extract":
             nb = nbformat.read(chapters / notebook, as_version=4)
-            po = update_po(notebook, nb, load_po(notebook, chapters))
+            po = update_po(notebook, nb, load_po(notebook, chapters), scripts_of(notebook, chapters))
             po_path(notebook, chapters).parent.mkdir(parents=True, exist_ok=True)
             po.save(str(po_path(notebook, chapters)))
             print(f"{_shown(po_path(notebook, chapters), chapters)}: {po.percent_translated()} % translated, "
@@ -301,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(build_text(notebook, chapters), encoding="utf-8")
             print(f"wrote {_shown(target, chapters)}")
+            for path, text in built_scripts(notebook, load_po(notebook, chapters), chapters).items():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+                print(f"wrote {_shown(path, chapters)}")
             if (student := zh_student_version(notebook, chapters)) is not None:
                 student.write_text(student_text(target, student.parent), encoding="utf-8")
                 print(f"wrote {_shown(student, chapters)} (its student version)")

@@ -6,9 +6,14 @@ collide with a markdown cell's ``<notebook>#<index>``), ``msgid`` the English (a
 comments is one entry, its lines joined by newlines, without the ``# ``), the ``#:`` references
 the cells that hold it. The same comment in two cells of a notebook is translated once.
 
+A chapter's scripts (``chapters/scripts/<number>/*.py``, run and shown by the notebook) are the
+notebook's code too: their comments are entries of the same ``.po`` file (``#:`` names the file), and
+``build`` writes their Chinese copies to ``chapters/zh/scripts/<number>/``, which the Chinese notebook
+runs and shows.
+
 Outputs are the English ones, except where an output *shows* this notebook's code: the outputs of a
-cell that calls ``show_diff`` (04_1's diffs of its ``ddp.py``) follow, line by line, the translation
-of each comment or one-line docstring on a ``+``/``-``/context line. The outputs of ``show_source``
+cell that calls ``show_diff`` (04_1's diffs of its ``ddp.py``) or ``show_file`` follow, line by line,
+the translation of each comment or one-line docstring on a ``+``/``-``/context line or a file's line. The outputs of ``show_source``
 show files of ``common/``, which stay English, so they stay English too; so do the English string
 literals in code (04_1's ``edit`` steps), since code is the same in both editions.
 """
@@ -16,6 +21,7 @@ literals in code (04_1's ``edit`` steps), since code is the same in both edition
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import re
 import tokenize
@@ -27,8 +33,8 @@ from course import code_comments
 from course.code_comments import Comment
 
 COMMENT, DOCSTRING = "comment", code_comments.DOCSTRING
-#: An output follows the comment translations when its cell's source calls this.
-FOLLOWS = "show_diff("
+#: An output follows the comment translations when its cell's source calls one of these.
+FOLLOWS = ("show_diff(", "show_file(")
 #: How an HTML output may escape a line of code: pygments' way, or with the quotes left as they are.
 HTML_ESCAPES = ({ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;", ord('"'): "&quot;",
                  ord("'"): "&#39;"}, {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;"})
@@ -45,7 +51,7 @@ def is_comment_context(msgctxt: str | None) -> bool:
 
 def follows(cell: nbformat.NotebookNode) -> bool:
     """Whether the outputs of a code cell show this notebook's code (and so its comments)."""
-    return cell.cell_type == "code" and FOLLOWS in cell.source
+    return cell.cell_type == "code" and any(call in cell.source for call in FOLLOWS)
 
 
 def _one_line_docstring(code: str, everything: bool = False) -> Comment | None:
@@ -80,6 +86,14 @@ def _line_comments(code: str, everything: bool = False) -> list[Comment]:
             if "\n" not in c.text]
 
 
+def shown_file(text: str) -> int | None:
+    """Where the file starts in an output of ``show_file`` (after its ``# path`` title line), else None."""
+    title, _, body = text.partition("\n")
+    if title.startswith("# ") and " -> " not in title and not body.startswith("--- "):
+        return len(title) + 1
+    return None
+
+
 def diff_lines(text: str) -> list[tuple[int, str]]:
     """``(offset, code)`` of each ``+``, ``-`` or context line of a unified diff in ``text``."""
     found, offset = [], 0
@@ -91,7 +105,11 @@ def diff_lines(text: str) -> list[tuple[int, str]]:
 
 
 def output_comments(text: str, everything: bool = False) -> list[Comment]:
-    """The comments on the code lines of a diff shown in an output, offsets into ``text``."""
+    """The comments on the code lines of a diff or a file shown in an output, offsets into ``text``."""
+    if (start := shown_file(text)) is not None:
+        return [dataclasses.replace(c, start=c.start + start, end=c.end + start, strip_start=c.strip_start + start,
+                                    strip_end=c.strip_end + start)
+                for c in code_comments.comments(text[start:], everything)]
     found = []
     for offset, code in diff_lines(text):
         for c in _line_comments(code, everything):
@@ -119,15 +137,26 @@ def cell_comments(cell: nbformat.NotebookNode) -> list[Comment]:
     return found
 
 
-def wanted_entries(notebook: str, nb: nbformat.NotebookNode) -> list[tuple[str, str, list[int]]]:
-    """``(msgctxt, msgid, cell indexes)`` of each distinct comment of a notebook, in order."""
-    found: dict[tuple[str, str], list[int]] = {}
+def _all_comments(nb: nbformat.NotebookNode, scripts: dict[str, str] | None):
+    """``(place, comment)`` of every comment: a cell's (its index), then a script's (its name)."""
     for index, cell in enumerate(nb.cells):
         for comment in cell_comments(cell):
-            cells = found.setdefault((comment_context(notebook, comment), comment.text), [])
-            if index not in cells:
-                cells.append(index)
-    return [(ctxt, msgid, cells) for (ctxt, msgid), cells in found.items()]
+            yield index, comment
+    for name, text in sorted((scripts or {}).items()):
+        for comment in code_comments.comments(text):
+            yield name, comment
+
+
+def wanted_entries(notebook: str, nb: nbformat.NotebookNode, scripts: dict[str, str] | None = None
+                   ) -> list[tuple[str, str, list[int | str]]]:
+    """``(msgctxt, msgid, places)`` of each distinct comment of a notebook and its scripts, in order;
+    a place is a cell index or a script's name (``scripts/04_1/ddp.py``)."""
+    found: dict[tuple[str, str], list[int | str]] = {}
+    for place, comment in _all_comments(nb, scripts):
+        places = found.setdefault((comment_context(notebook, comment), comment.text), [])
+        if place not in places:
+            places.append(place)
+    return [(ctxt, msgid, places) for (ctxt, msgid), places in found.items()]
 
 
 def usable(entry, msgid: str) -> bool:
@@ -163,6 +192,12 @@ def _follow_outputs(notebook: str, by_key: dict, cell: nbformat.NotebookNode) ->
                 data["text/html"] = data["text/html"].replace(old.translate(table), new.translate(table))
 
 
+def build_script(notebook: str, text: str, po) -> str:
+    """A script of ``notebook`` with its comments translated (untranslated ones stay English)."""
+    by_key = {(e.msgctxt, e.msgid): e for e in po if not e.obsolete and is_comment_context(e.msgctxt)}
+    return code_comments.rewrite(text, lambda comment: _translated(notebook, by_key, comment))
+
+
 def build_code_cells(notebook: str, nb: nbformat.NotebookNode, po) -> nbformat.NotebookNode:
     """``nb`` with the comments of its code cells (and the outputs that follow) translated."""
     zh = copy.deepcopy(nb)
@@ -189,23 +224,24 @@ def entry_problem(entry, msgid: str) -> str:
     return ""
 
 
-def comment_problems(notebook: str, nb: nbformat.NotebookNode, po) -> list[str]:
-    """Each comment of ``nb`` without a current, usable translation, named by notebook and cell."""
+def comment_problems(notebook: str, nb: nbformat.NotebookNode, po,
+                     scripts: dict[str, str] | None = None) -> list[str]:
+    """Each comment of ``nb`` (and its scripts) without a current, usable translation, named by
+    notebook and cell (or script)."""
     by_key = {(e.msgctxt, e.msgid): e for e in po if not e.obsolete and is_comment_context(e.msgctxt)}
     found, seen = [], set()
-    for index, cell in enumerate(nb.cells):
-        for comment in cell_comments(cell):
-            key = (comment_context(notebook, comment), comment.text)
-            if key in seen:
-                continue
-            seen.add(key)
-            entry = by_key.get(key)
-            label = DOCSTRING if comment.kind == DOCSTRING else f"{comment.kind} comment"
-            problem = entry_problem(entry, comment.text) or \
-                code_comments.format_problem(comment, entry.msgstr)
-            if problem:
-                found.append(f"{notebook} cell #{index} {label} "
-                             f"{comment.text.splitlines()[0][:60]!r}: {problem}")
+    for place, comment in _all_comments(nb, scripts):
+        key = (comment_context(notebook, comment), comment.text)
+        if key in seen:
+            continue
+        seen.add(key)
+        entry = by_key.get(key)
+        label = DOCSTRING if comment.kind == DOCSTRING else f"{comment.kind} comment"
+        problem = entry_problem(entry, comment.text) or \
+            code_comments.format_problem(comment, entry.msgstr)
+        if problem:
+            where = f"cell #{place}" if isinstance(place, int) else place
+            found.append(f"{notebook} {where} {label} {comment.text.splitlines()[0][:60]!r}: {problem}")
     return found
 
 

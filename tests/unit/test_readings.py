@@ -16,7 +16,7 @@ def _reading(value, expect=(">=", 3.0), load=0.4) -> Reading:
 def test_a_reading_states_figure_promise_machine_and_verdict():
     text = str(_reading(28.46))
     assert text == ("[figure 03_1/cache-vs-guide] 28.5× — the cache against the guide\n"
-                    "  expected ≥ 3× on a quiet machine; here 28.5× on 2 cores at load average 0.4: as expected.")
+                    "  expected ≥ 3.00× on a quiet machine; here 28.5× on 2 cores at load average 0.4: as expected.")
     first, second = text.splitlines()
     match = FIGURE_LINE.match(first)
     assert match and match["key"] == "03_1/cache-vs-guide" and match["value"] == "28.5" and match["unit"] == "×"
@@ -28,7 +28,7 @@ def test_a_missed_promise_is_read_not_raised_and_a_busy_machine_is_named():
     assert "short of it on this machine" in str(_reading(2.1))
     assert "busy machine" in str(_reading(2.1, load=5.0))
     assert _reading(2.1, expect=None).as_expected is None
-    assert str(_reading(2.1, expect=None)).endswith("Here 2.1× on 2 cores at load average 0.4.")
+    assert str(_reading(2.1, expect=None)).endswith("Here 2.10× on 2 cores at load average 0.4.")
 
 
 def test_units_with_a_space_and_large_numbers_parse_back():
@@ -37,6 +37,8 @@ def test_units_with_a_space_and_large_numbers_parse_back():
     match = FIGURE_LINE.match(str(reading).splitlines()[0])
     assert match["value"] == "10,712" and match["unit"] == " images/s"
     assert "1 core at load average unknown" in str(reading)
+    assert str(_reading(1.0)).startswith("[figure 03_1/cache-vs-guide] 1.00× —")
+    assert str(_reading(0.05)).startswith("[figure 03_1/cache-vs-guide] 0.050× —")
 
 
 def test_read_figure_prints_and_refuses_a_bad_promise_or_key(capsys, monkeypatch):
