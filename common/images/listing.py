@@ -93,7 +93,8 @@ class FolderListing:
             kinds = ", ".join(f"{name} x{count}" for name, count in sorted(self.junk.items()))
             line += f"; skipped {sum(self.junk.values())} system or hidden entries ({kinds})"
         if self.skipped:
-            shown = "; ".join(str(entry) for entry in self.skipped[:3])
+            shown = "; ".join(f"{os.path.relpath(entry.path, self.root)}: {entry.reason}"
+                              for entry in self.skipped[:3])
             more = f"; and {len(self.skipped) - 3} more" if len(self.skipped) > 3 else ""
             line += f"; skipped {len(self.skipped)} file(s): {shown}{more}"
         if self.problems:

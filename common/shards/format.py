@@ -1,8 +1,10 @@
 """The tar shard format (WebDataset convention): writer, manifest and a safe streaming reader.
 
-A shard is a plain tar file holding, per sample, ``<key>.jpg`` (the original image bytes,
-never re-encoded) and ``<key>.cls`` (the integer label as ASCII text), members of one
-sample adjacent. ``manifest.json`` next to the shards lists every shard with its sample
+A shard is a plain tar file holding, per sample, ``<key>.<format>`` (the original image bytes,
+never re-encoded, named by their content's format: ``jpg``, ``png``, ``webp``, ``bmp``, ``tif``,
+``gif``) and ``<key>.cls`` (the integer label as ASCII text), members of one sample adjacent.
+Every image is decoded once when it is written, so a file no reader could decode stops the
+writer naming the user's file; the manifest records each sample's source file. ``manifest.json`` next to the shards lists every shard with its sample
 count and sha256, so each rank can plan its epoch without reading any shard. Reading
 streams members forward without extracting anything and refuses unsafe or broken ones.
 ``common.shards`` builds the streaming ``ShardedImageDataset`` on top of this.
@@ -26,13 +28,16 @@ from PIL import Image
 from common.data import BadSampleError, decode_errors, open_image
 from common.digests import file_sha256
 from common.images.pixels import viewer_rgb
+from common.shards.members import MEMBER_EXTENSIONS, member_extension, relative_source
 
 MANIFEST_NAME = "manifest.json"
-IMAGE_EXTENSIONS = {".jpg": "jpg", ".jpeg": "jpg", ".png": "png"}
+IMAGE_EXTENSIONS = {".jpg": "jpg", ".jpeg": "jpg", ".png": "png", ".webp": "webp", ".bmp": "bmp",
+                    ".tif": "tif", ".tiff": "tif", ".gif": "gif", ".ppm": "ppm"}
 #: The most bytes one member may claim; checked on the header, before anything is read.
 #: Raise it (``common.shards.format.MAX_MEMBER_BYTES = ...``, or ``read_shard(...,
 #: max_member_bytes=...)``) for images larger than 64 MiB.
 MAX_MEMBER_BYTES = 64 * 2**20
+_IMAGE_MEMBERS = {*IMAGE_EXTENSIONS.values(), *MEMBER_EXTENSIONS.values(), "img"}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _INT64_MAX = 2**63 - 1
 
@@ -74,11 +79,12 @@ def _write_one(path: Path, samples: Sequence[tuple[str, Path, int]], source) -> 
     partial = path.with_suffix(".tar.partial")
     with tarfile.open(partial, "w", format=tarfile.USTAR_FORMAT) as tar:
         for key, image_path, label in samples:
-            extension = IMAGE_EXTENSIONS.get(image_path.suffix.lower())
-            if extension is None:
-                raise BadSampleError(f"{image_path}: only {sorted(IMAGE_EXTENSIONS)} images "
-                                     "can be sharded")
-            for name, data in ((f"{key}.{extension}", image_path.read_bytes()),
+            try:
+                image = image_path.read_bytes()
+            except OSError as error:
+                raise BadSampleError(f"cannot shard {image_path}: {error.strerror}") from error
+            extension = member_extension(image_path, image)
+            for name, data in ((f"{key}.{extension}", image),
                                (f"{key}.cls", str(int(label)).encode("ascii"))):
                 tar.addfile(_tarinfo(name, len(data)), io.BytesIO(data))
                 source.update(data)
@@ -112,15 +118,18 @@ def write_shards(samples: Sequence[tuple[str | os.PathLike, int]], out_dir: str 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     keyed = [(f"{i:08d}", Path(p), int(label)) for i, (p, label) in enumerate(samples)]
+    base = os.path.commonpath([os.path.abspath(path.parent) for _, path, _ in keyed])
     entries, source = [], hashlib.sha256()
     for start in range(0, len(keyed), shard_size):
         path = out / f"{prefix}-{start // shard_size:06d}.tar"
         chunk = keyed[start:start + shard_size]
         _write_one(path, chunk, source)
         entries.append({"name": path.name, "num_samples": len(chunk),
-                        "num_bytes": path.stat().st_size, "sha256": file_sha256(path)})
+                        "num_bytes": path.stat().st_size, "sha256": file_sha256(path),
+                        "sources": [relative_source(image_path, base) for _, image_path, _ in chunk]})
     manifest = {"format": "webdataset-tar", "version": 1, "shard_size": shard_size,
                 "num_samples": len(keyed), "classes": list(classes or []), "shards": entries,
+                "sources_root": Path(base).name,  # each shard's "sources": its samples' files
                 "source_sha256": source.hexdigest()}  # of all image and label bytes, in order
     manifest_path = out / MANIFEST_NAME
     manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -288,7 +297,7 @@ def _records(path: Path, members: Iterator[tuple[tarfile.TarInfo, bytes]],
     for member, data in itertools.chain(members, [(None, b"")]):
         sample_key, extension = _check_member(path, member) if member else (None, "")
         if sample_key != key and key is not None:
-            image = [e for e in fields if e in IMAGE_EXTENSIONS.values()]
+            image = [e for e in fields if e in _IMAGE_MEMBERS]
             if len(image) != 1 or "cls" not in fields or len(fields) != 2:
                 raise ShardError(f"shard {path}: sample {key!r} has members {sorted(fields)}, "
                                  "expected one image and one .cls")

@@ -8,11 +8,14 @@
 
 The same command is ``companion-make-shards`` after ``pip install`` and
 ``python data_scripts/make_shards.py`` (``make shards``) in a checkout. Each sample becomes
-``<key>.jpg`` (the original bytes) + ``<key>.cls`` (the label), keys ``00000000, 00000001, ...``
-in CSV order; ``manifest.json`` lists every shard with its sample count, size and sha256.
-Deterministic: the same input gives byte-identical output.
+``<key>.<format>`` (the original bytes, named by their content's format: a PNG called ``.jpg``
+is ``<key>.png``) + ``<key>.cls`` (the label), keys ``00000000, 00000001, ...`` in CSV order;
+``manifest.json`` lists every shard with its sample count, size, sha256 and the files its samples
+come from. Every image is decoded once as it is written: a file that cannot be decoded stops the
+command with one line naming it. Deterministic: the same input gives byte-identical shards.
 
-``--imagefolder DIR`` reads an ImageFolder (``common.layouts``, torchvision's listing): a root with
+``--imagefolder DIR`` reads an ImageFolder through ``common.images.listing`` (the trainers'
+listing: system and hidden files skipped and counted in one line, files decided by content): a root with
 ``train/`` and ``val/`` class folders gives ``<out>/train`` and ``<out>/val``, the validation
 labels numbered by the training classes; a folder of class folders gives one split in ``<out>``.
 The manifest lists the class names, which ``common.shards.train`` takes as its class count.
@@ -99,6 +102,8 @@ def convert_dataset(dataset, out: Path, *, shard_size: int, prefix: str,
 
     Introduced in docs/scripts.md ("Your own images").
     """
+    if getattr(dataset, "listing", None) is not None:
+        print(dataset.listing.summary())
     files = file_list(dataset)
     samples = [(path, int(label)) for path, label in zip(files.paths, files.labels, strict=True)]
     start = time.perf_counter()
