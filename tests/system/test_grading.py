@@ -24,11 +24,11 @@ from course.grading.config import GradingConfig
 from course.grading.grader import SandboxRequired, grade, main
 from course.grading.judges import Run
 from course.grading.report import write_report
-from course.grading.sandbox import choose_sandbox
 from course.grading.submission import graded_notebook, read_submission, score
 from course.translate import zh_dir
 from tests.fixtures.submissions.hostile import HOSTILE, HOSTILE_POINTS
 from tests.fixtures.submissions.make_submissions import with_answers
+from tests.system_parts import require_bubblewrap
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "submissions"
 #: Points each prepared submission must score; written by fixtures/submissions/make_submissions.py.
@@ -54,7 +54,6 @@ CHINESE_STUDENT = "xiaoming"
 WRONG_EX1 = "def standardize(x):\n    return x - x.mean(dim=0)\n"
 SANDBOXED = ("eve", "mallory", *ATTACKERS, ODD_NAME, CHINESE_STUDENT, "zz_honest")
 UNSANDBOXED = ("alice", "blank", "bob", "carol", "dave", "eve", "h4_files", "zz_honest")
-BWRAP = choose_sandbox("auto")[0] == "bwrap"
 
 
 def _copy_repo(root: Path) -> Path:
@@ -173,11 +172,9 @@ def graded(tmp_path_factory):
 
     Under pytest-xdist the workers share one grading run (the first to get the lock grades).
     Untrusted submissions are graded in the sandbox only: where bubblewrap does not work, every
-    test of this fixture is skipped (``make system-deps`` installs it; CI runs that first).
+    test of this fixture is skipped, and fails under CI (``make system-deps`` installs it; CI runs that first).
     """
-    if not BWRAP:
-        pytest.skip("bubblewrap does not work here (make system-deps): the hostile submissions are "
-                    "graded in the sandbox only")
+    require_bubblewrap()  # the hostile submissions are graded in the sandbox only
     shared = tmp_path_factory.getbasetemp()
     shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
     with open(shared / "grading.lock", "w") as lock:

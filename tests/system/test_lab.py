@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -16,6 +17,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.system_parts import require
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,7 +51,8 @@ def test_make_lab_opens_on_chapters_with_the_repository_root_served():
 
 @pytest.mark.slow
 def test_lab_server_serves_notebooks_and_the_glossary(tmp_path):
-    pytest.importorskip("jupyterlab")
+    require("JupyterLab", None if importlib.util.find_spec("jupyterlab") else
+            "the jupyterlab package is not installed (make install: requirements.txt)")
     port, token = free_port(), secrets.token_hex(16)
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
            "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_DATA_DIR": str(tmp_path / "data")}

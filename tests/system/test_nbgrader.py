@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.util
 import io
 import os
 import shutil
@@ -22,9 +23,10 @@ import nbformat
 import pytest
 
 from course.assignments import END_SOLUTION, exercises_of, nbgrader_meta, student_version
+from tests.system_parts import require
 
-pytest.importorskip("nbgrader", reason="nbgrader is not installed: pip install -e .[instructor] "
-                    "(CI installs it)")
+require("nbgrader", None if importlib.util.find_spec("nbgrader") else
+        "the nbgrader package is not installed: pip install -e .[instructor] (make install installs it)")
 from nbgrader.api import Gradebook  # noqa: E402
 from nbgrader.converters import Autograde, GenerateAssignment  # noqa: E402
 from nbgrader.coursedir import CourseDirectory  # noqa: E402

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.system_parts import require
+
 GUARD = Path(__file__).resolve().parents[1] / "netguard"
 
 PROBE = """
@@ -48,7 +50,8 @@ def test_loopback_is_allowed(tmp_path):
 
 def test_this_process_runs_under_the_guard(tmp_path, monkeypatch):
     if "netguard" not in os.environ.get("PYTHONPATH", ""):
-        pytest.skip("run through `make test`, which installs the guard")
+        require("the network guard", "tests/netguard is not on PYTHONPATH: run through `make test`, "
+                "which installs the guard")
     # Log this deliberate attempt elsewhere: the run's own log must stay empty.
     monkeypatch.setenv("COMPANION_NETGUARD_LOG", str(tmp_path / "expected.log"))
     with pytest.raises(PermissionError):

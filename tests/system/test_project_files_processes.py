@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.system_parts import require
 from tests.unit.test_project_files import REPO  # noqa: F401
 
 
 @pytest.mark.slow
 def test_pre_commit_run_all_files_passes_offline(tmp_path):
     venv_bin = Path(sys.executable).parent
-    if not (venv_bin / "pre-commit").exists() and shutil.which("pre-commit") is None:
-        pytest.skip("pre-commit is not installed (pip install -e .[dev])")
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
+    require("pre-commit", None if (venv_bin / "pre-commit").exists() or shutil.which("pre-commit") else
+            "pre-commit is not installed (pip install -e .[dev]; make install installs it)")
+    require("git", None if shutil.which("git") else "git not found on PATH (apt-get install git)")
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, text=True,
                            capture_output=True, check=True).stdout.split()
     copy = tmp_path / "repo"

@@ -24,6 +24,7 @@ from course.grading.sandbox import (
     setpriv_prefix,
 )
 from course.grading.uids import Subordinate, find_subordinate, judge_uid, ranges
+from tests.system_parts import require, require_bubblewrap, require_program
 
 REPO = Path(__file__).resolve().parents[2]
 #: The interpreter running the tests, and what the sandbox must show for it to run there.
@@ -91,8 +92,8 @@ print(os.getcwd(), sorted(n for n in os.listdir("/tmp")  # minus the way to what
 """
 
 
-@pytest.mark.skipif(choose_sandbox("auto")[0] != "bwrap", reason="bubblewrap does not work here")
 def test_bwrap_shows_only_the_allow_list_read_only(tmp_path):
+    require_bubblewrap()
     shown, secret = tmp_path / "shown", tmp_path / "secret.txt"
     shown.mkdir()
     (shown / "kept.txt").write_text("kept")
@@ -129,10 +130,10 @@ for _ in range(2):  # two exercises: each may write 8 MiB, through /tmp and HOME
 """
 
 
-@pytest.mark.skipif(choose_sandbox("auto")[0] != "bwrap", reason="bubblewrap does not work here")
 def test_each_exercise_may_write_exactly_its_files_worth_whatever_the_setup_left(tmp_path):
     """300 MiB on disk went through many files under --file-mb 32: the working copy is a tmpfs now,
     and before each exercise the judge reserves all but --file-mb of what is free (inside/space.py)."""
+    require_bubblewrap()
     inside = REPO / "course" / "grading" / "inside"
     done = subprocess.run([*bwrap_prefix([inside, *PYTHON], work_mb=40, shm_mb=4), sys.executable, "-c", _FILL,
                            str(inside / "space.py")], capture_output=True, text=True, timeout=60, check=False)
@@ -160,8 +161,8 @@ time.sleep(3)
 
 def test_an_exercises_cgroup_bounds_its_processes_together_and_names_each_hit():
     cgroups = Cgroups.create(memory_mb=100, processes=4)
-    if cgroups is None:
-        pytest.skip("no cgroup can be made here (an ordinary user on cgroup v1): limits are per process")
+    require("cgroups", None if cgroups is not None else "no cgroup can be made here (an ordinary user on "
+            "cgroup v1, or no delegated cgroup v2): limits are per process")
     try:
         hits = []
         for key, script in (("greedy", _GREEDY), ("modest", "import sys; sys.stdin.readline(); x = bytes(2**24)")):
@@ -178,8 +179,8 @@ def test_an_exercises_cgroup_bounds_its_processes_together_and_names_each_hit():
     assert not any(root.exists() for _, root in cgroups.roots.values()), "removed"
 
 
-@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is not installed")
 def test_setpriv_sets_the_judges_privileges_on_its_command_line():
+    require_program("setpriv", "setpriv", "util-linux: apt-get install util-linux")
     prefix = setpriv_prefix(None)
     assert prefix[:2] == ["setpriv", "--no-new-privs"] and prefix[-1] == "--"
     status = subprocess.run([*prefix, "cat", "/proc/self/status"], capture_output=True, text=True,
@@ -217,9 +218,9 @@ def test_the_file_guard_reads_only_regular_files_and_a_fifo_does_not_block_it(tm
     assert guard.changes() == [] and (tmp_path / "student" / "ex01.json").read_text() == "{}"
 
 
-@pytest.mark.skipif(choose_sandbox("auto")[0] != "bwrap", reason="bubblewrap does not work here")
 def test_the_sandboxs_dev_shm_is_bounded():
     """Files in /dev/shm are memory no process limit counts: 300 MiB fitted there under --memory-mb 200."""
+    require_bubblewrap()
     script = ("import errno\nwritten = 0\ntry:\n    with open('/dev/shm/fill', 'wb') as f:\n"
               "        for _ in range(64):\n            f.write(bytes(2**20))\n            f.flush()\n"
               "            written += 1\nexcept OSError as error:\n    assert error.errno == errno.ENOSPC\n"
@@ -269,12 +270,12 @@ print(checkout in found, any(p.startswith(checkout + "/") for p in found), "/tmp
 """
 
 
-@pytest.mark.skipif(choose_sandbox("auto")[0] != "bwrap", reason="bubblewrap does not work here")
 def test_a_checkout_below_tmp_is_the_repositorys_not_the_working_copys():
     """A CI clone lies below /tmp: the sandbox binds its allowed folders into the working copy (its
     /tmp), read-only. The judge's zygote still preloads their modules, and the judge's listings of the
     working copy (before and after every exercise) do not walk them: 110 -> 25 CPU s for
     tests/system/test_grading.py in a clone below /tmp, whose 6 GB venv was walked each time."""
+    require_bubblewrap()
     checkout = Path(tempfile.mkdtemp(dir="/tmp", prefix="clone-"))
     try:
         (checkout / "from_the_checkout.py").write_text("VALUE = 1\n")

@@ -19,6 +19,7 @@ from PIL import Image
 
 from course.site import MARKER, build_site, freeze_widgets, main, parse_first_cell, rewrite_links
 from tests.browser import Browser, find_chromium
+from tests.system_parts import require
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST = "# Chapter 1 — First steps\n**Guide sections:** §2.1.1 数据管道定义 · §1.1 深度学习的基本概念\n"
@@ -362,9 +363,8 @@ def serve(folder: Path) -> http.server.ThreadingHTTPServer:
 @pytest.fixture(scope="module")
 def chromium() -> str:
     executable = find_chromium()
-    if executable is None:
-        pytest.skip("Chromium not found: the browser tests need it. Install it with "
-                    "`make system-deps` (Debian/Ubuntu: sudo apt-get install -y chromium)")
+    require("Chromium", None if executable else "no chromium, chromium-browser or google-chrome on PATH: "
+            "the browser tests need it (`make system-deps`; Debian/Ubuntu: sudo apt-get install -y chromium)")
     return executable
 
 

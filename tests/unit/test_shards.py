@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import json
 import tarfile
@@ -33,6 +34,7 @@ from common.shards import (
 from common.shards import dataset as shard_dataset
 from common.shards.keys import shard_keys
 from common.transforms import ClassicEvalPreset
+from tests.system_parts import require
 from tests.unit.test_data import png_header
 
 
@@ -189,7 +191,9 @@ def test_corrupt_image_names_shard_and_member(tmp_path):
 
 
 def test_webdataset_reads_the_same_shards(uneven, source_multiset):
-    wds = pytest.importorskip("webdataset")
+    require("webdataset", None if importlib.util.find_spec("webdataset") else
+            "the webdataset package is not installed: pip install -e .[shards] (make install installs it)")
+    import webdataset as wds
     urls = [str(shard.path) for shard in read_manifest(uneven)]
     pipeline = wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("jpg", "cls")
     seen = Counter((_pixel_hash(image.convert("RGB")), int(label)) for image, label in pipeline)
