@@ -306,6 +306,8 @@ def list_folder(root: str | os.PathLike, *, classes: tuple[str, ...] | None = No
             listing.problems.append(Entry(entry.path, f"class folders {seen[key]!r} and "
                                           f"{entry.name!r} differ only in case or Unicode form "
                                           "(NFC/NFD): merge them or rename one"))
+            if walk.folder(entry.path, entry_info):
+                walk.images(entry.path)  # its own problems are found too (all at once)
             continue
         if walk.folder(entry.path, entry_info):
             seen[key], folders[name] = entry.name, entry.path
