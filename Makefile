@@ -12,6 +12,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # CPU-only build (about 1 GB): `make install TORCH_INDEX=cpu`, or any index URL.
 TORCH_INDEX ?=
 TORCH_INDEX_URL := $(if $(filter cpu,$(TORCH_INDEX)),https://download.pytorch.org/whl/cpu,$(TORCH_INDEX))
+# The exact versions of a green run, written by `make constraints`: `make install CONSTRAINTS=constraints.txt`
+# installs them (CI does); without it the requirement files' ranges resolve to the newest releases.
+CONSTRAINTS ?=
+TORCH_REQUIREMENTS := $(if $(CONSTRAINTS),$(shell grep -E '^torch(vision)?==' $(CONSTRAINTS)),"torch>=2.6" "torchvision>=0.21")
 # Lab serves the repository root (so ../GLOSSARY.md, README.md and common/ open from any notebook)
 # and opens on chapters/. tests/test_lab.py starts a server with exactly these flags.
 LAB_FLAGS := --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/chapters
@@ -30,7 +34,7 @@ NBVAL_NOTEBOOKS := $(filter-out $(WHEEL_CHAPTERS),$(sort $(wildcard chapters/*.i
 # The run of `make test` (and `make durations`): the files longest first, from tests/durations.json
 # (tests/durations.py), so that the workers finish together.
 TEST_RUN = $(NETGUARD) $(BIN)/python -m pytest tests $(NBVAL_NOTEBOOKS) --nbval-lax \
-	--nbval-current-env --nbval-cell-timeout=180 --timeout=300 -p no:cacheprovider -q $(PYTEST_PARALLEL)
+	--nbval-current-env --nbval-cell-timeout=180 --timeout=300 -p no:cacheprovider -q -rs $(PYTEST_PARALLEL)
 # Three pytest workers on two cores: many tests wait (a rendezvous, a timeout being hit, a browser, a
 # rank's step delay), and a third worker keeps both cores busy meanwhile (make test: 514 -> 414 s here,
 # 80 -> 90 % of both cores). --dist loadfile keeps all cells of a notebook in one kernel, in order.
@@ -43,21 +47,25 @@ CHECK_PARALLEL ?= -n 2 --dist loadfile
 NETGUARD := PYTHONPATH=$(CURDIR)/tests/netguard COMPANION_NETGUARD_LOG=$(CURDIR)/build/netguard.log \
 	OMP_NUM_THREADS=1
 
-.PHONY: lab-hint help install data lab test durations check unit notebooks bench bench-ddp bench-fsdp assignments grade html translations doctor system-deps shards lint format clean distclean
+.PHONY: lab-hint help install constraints data lab test durations check tests system notebooks figures lessons bench bench-ddp bench-fsdp assignments grade grade-me html translations doctor system-deps shards lint format clean distclean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml $(CONSTRAINTS)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is needed; run: make PYTHON=python3.X ...")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(if $(TORCH_INDEX_URL),$(BIN)/python -m pip install --index-url $(TORCH_INDEX_URL) "torch>=2.6" "torchvision>=0.21")
-	$(BIN)/python -m pip install -r requirements-dev.txt -e .
+	$(if $(TORCH_INDEX_URL),$(BIN)/python -m pip install --index-url $(TORCH_INDEX_URL) $(TORCH_REQUIREMENTS))
+	$(BIN)/python -m pip install -r requirements-dev.txt $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e .
 	# The notebooks' kernel "python3", pinned to this venv's interpreter (inside the venv only).
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (.venv)"
 	touch $(STAMP)
 
-install: $(STAMP) ## Create .venv and install requirements + `common` (CPU-only torch: TORCH_INDEX=cpu)
+install: $(STAMP) ## Create .venv and install requirements + `common` (CPU-only torch: TORCH_INDEX=cpu; pinned: CONSTRAINTS=constraints.txt)
+
+constraints: $(STAMP) ## Write constraints.txt: the exact versions in .venv of the project's dependencies (after a green make test)
+	$(BIN)/python .ci/constraints.py > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 data: $(STAMP) ## Generate the synthetic dataset in data/ (skipped when intact)
 	$(BIN)/python data_scripts/make_synthetic_data.py
@@ -77,12 +85,18 @@ durations: data ## Run `make test`'s tests; record each file's seconds (tests/du
 	@mkdir -p build && rm -f build/netguard.log
 	COMPANION_RECORD_DURATIONS=tests/durations.json $(TEST_RUN)
 
-check: data ## The edit loop (under a minute): ruff, the unit tier (tests/unit: no test starts a process), notebook hygiene
+check: data ## The edit loop (under a minute): ruff, actionlint on the CI workflow, the unit tier (tests/unit: no test starts a process), notebook hygiene
 	$(BIN)/ruff check .
+	$(BIN)/actionlint
 	$(NETGUARD) $(BIN)/python -m pytest tests/unit -q --timeout=120 -p no:cacheprovider $(CHECK_PARALLEL)
 
-unit: data ## Run every test under tests/ (both tiers), without the notebooks under nbval
-	$(NETGUARD) $(BIN)/python -m pytest tests -q --timeout=300 $(PYTEST_PARALLEL)
+tests: data ## Run both test tiers (tests/unit, tests/system), without the notebooks under nbval
+	@mkdir -p build && rm -f build/netguard.log
+	$(NETGUARD) $(BIN)/python -m pytest tests -q -rs --timeout=300 -p no:cacheprovider $(PYTEST_PARALLEL)
+
+system: data ## Run the process tier alone (tests/system: torchrun, kernels, judges, the sandbox, the browser)
+	@mkdir -p build && rm -f build/netguard.log
+	$(NETGUARD) $(BIN)/python -m pytest tests/system -q -rs --timeout=300 -p no:cacheprovider $(PYTEST_PARALLEL)
 
 notebooks: data ## Re-execute every notebook top to bottom, refresh its .py twin, the student versions and the zh edition
 	@mkdir -p build
@@ -110,6 +124,8 @@ assignments: $(STAMP) ## Rebuild the student versions (chapters/exercises/, zh t
 GRADE_FLAGS ?=
 grade: data ## Grade submissions: make grade SUBMISSIONS=path/to/folder (report in build/grades/)
 	$(BIN)/python -m course.grading --submissions "$(SUBMISSIONS)" --out build/grades $(GRADE_FLAGS)
+grade-me: data ## Grade your own exercise notebook where it is: make grade-me NOTEBOOK=chapters/exercises/ex04_distributed_training.ipynb
+	$(BIN)/python -m course.grading --self "$(NOTEBOOK)" $(GRADE_FLAGS)
 
 html: $(STAMP) ## Build the tutorial site (Sphinx + myst-nb, both editions) into build/html/
 	$(BIN)/python -m course.site --out build/html
@@ -124,6 +140,12 @@ system-deps: ## Install what optional tests need: Chromium + CJK fonts, bubblewr
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium fonts-noto-cjk bubblewrap uidmap \
 		slurm-wlm munge
 
+figures: $(STAMP) ## Rewrite docs/figures.md's chapter table from the notebooks' stored readings (make check fails when it is stale)
+	$(BIN)/python -m course.figures write
+
+lessons: data ## Run the timing chapters at the learner's sizes and print each figure beside its promise (a benchmark: a quiet machine)
+	$(BIN)/python -m course.figures lessons
+
 bench-ddp: $(STAMP) ## DDP samples/s side by side: 1 rank, 1 rank + 1 worker, 2 ranks strong and weak
 	$(BIN)/python -m common.ddp.bench
 
@@ -136,7 +158,8 @@ doctor: $(STAMP) ## Check this environment (versions, devices, /dev/shm, data) a
 lint: $(STAMP) ## Check .py and .ipynb files with ruff
 	$(BIN)/ruff check .
 
-format: $(STAMP) ## Fix what ruff can fix automatically (imports, upgrades)
+format: $(STAMP) ## Format .py and .ipynb files (ruff format), then apply ruff's automatic fixes (imports, upgrades)
+	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 clean: ## Remove generated data and build outputs (keeps .venv)

@@ -48,7 +48,7 @@ class Edition:
 
 
 #: The pages of docs/ in the English edition; the Chinese one uses a zh-CN twin where one exists.
-GUIDES = ("running.md", "scripts.md", "figures.md", "instructors.md")
+GUIDES = ("running.md", "scripts.md", "parallelism.md", "figures.md", "instructors.md")
 _EN_GUIDES = tuple((name, (f"docs/{name}",)) for name in GUIDES)
 _ZH_GUIDES = tuple((name, (f"docs/{name.removesuffix('.md')}.zh-CN.md", f"docs/{name}"))
                    for name in GUIDES)
@@ -75,6 +75,7 @@ EDITIONS = {
         "GLOSSARY.md": "Glossary / 术语表", "TROUBLESHOOTING.md": "Troubleshooting",
         "running.md": "Running anywhere: CPU only, GPUs, a Mac, Colab, conda",
         "scripts.md": "The chapters' command lines", "figures.md": "Figures",
+        "parallelism.md": "Where DDP and FSDP sit: a map of the parallelisms",
         "instructors.md": "For instructors: assignments and grading"}, guides=_EN_GUIDES),
     "zh": Edition("zh", "zh_CN", "chapters/zh", "zh", ("GLOSSARY.md",),
                   ("TROUBLESHOOTING.zh-CN.md", "TROUBLESHOOTING.md"), {
@@ -92,7 +93,8 @@ EDITIONS = {
         "download": "下载", "chapters": "章节", "colon": "：",
         "GLOSSARY.md": "术语表 / Glossary", "TROUBLESHOOTING.md": "故障排查",
         "running.md": "在各种环境中运行（英文）", "scripts.md": "各章的命令行工具（英文）",
-        "figures.md": "测量数据（英文）", "instructors.md": "给教师：布置与评分"}, guides=_ZH_GUIDES),
+        "figures.md": "测量数据（英文）", "instructors.md": "给教师：布置与评分",
+        "parallelism.md": "DDP 和 FSDP 处在什么位置：各种并行方式一览"}, guides=_ZH_GUIDES),
 }
 
 

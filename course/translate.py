@@ -159,7 +159,8 @@ def update_po(notebook: str, nb: nbformat.NotebookNode, old: polib.POFile,
     module doc)."""
     po = _new_po(notebook)
     po.metadata.update({k: v for k, v in old.metadata.items() if k not in po.metadata})
-    previous = [e for e in old if e.msgstr and not e.obsolete]
+    # obsolete entries too: a comment or cell that comes back (a script moved into a file) keeps its translation
+    previous = sorted((e for e in old if e.msgstr), key=lambda e: e.obsolete)
     used: set[int] = set()
     wanted = wanted_entries(notebook, nb, scripts)
     matched: dict[int, polib.POEntry] = {}

@@ -20,7 +20,14 @@ TAG = "parameters"
 
 #: Test values per notebook, keyed by file stem (the same for the zh edition and both exercise copies).
 TEST_PARAMETERS: dict[str, dict[str, object]] = {
+    "02_1_dataset_dataloader": {"EPOCH_REPEATS": 1},
     "02_3_custom_datasets": {"NUM_EPOCHS": 3},
+    "03_1_efficient_pipelines": {"EPOCH_REPEATS": 1},
+    "04_1_ddp_fundamentals": {"REPEATS": 3, "NUM_EPOCHS": 1},
+    "04_2_ddp_training": {"NUM_EPOCHS": 2, "BENCH_STEPS": 6, "BENCH_REPEATS": 1},
+    "06_1_fsdp_sharding": {"BENCH_STEPS": 4},
+    "06_2_distributed_checkpoints": {"ASYNC_LAYERS": 2},
+    "06_3_compile_and_resumable_loaders": {"REPEATS": 3, "TRAIN_STEPS": 6},
 }
 
 

@@ -103,6 +103,24 @@ def test_code_cells_differ_from_the_english_only_in_comments(notebook):
 
 
 @pytest.mark.parametrize("notebook", REQUIRED)
+def test_a_chapters_scripts_differ_from_the_english_only_in_comments_and_read_as_chinese(notebook):
+    """The zh notebook runs and shows chapters/zh/scripts/NN/: the English scripts with Chinese comments."""
+    for name, english in translate.scripts_of(notebook, CHAPTERS).items():
+        chinese = (ZH / name).read_text(encoding="utf-8")
+        assert code_comments.strip(chinese) == code_comments.strip(english), f"chapters/zh/{name}"
+        left = [c.text for c in code_comments.comments(chinese) if LATIN_WORD.search(c.text)
+                and len(LATIN_WORD.findall(c.text)) >= 4 and not CJK.search(c.text)]
+        assert not left, f"chapters/zh/{name}: comments still English: {left[:3]}"
+
+
+def test_a_shown_script_is_read_as_a_file_and_a_diff_as_a_diff():
+    file_output = "# scripts/04_1/single.py\nimport os  # the standard library\n\"\"\"A docstring.\"\"\"\n"
+    diff_output = "# single.py -> ddp.py\n--- single.py\n+++ ddp.py\n@@ -1 +1 @@\n-x = 1  # one\n+x = 2  # two\n"
+    assert [c.text for c in translate_comments.output_comments(file_output)] == ["the standard library"]
+    assert [c.text for c in translate_comments.output_comments(diff_output)] == ["one", "two"]
+
+
+@pytest.mark.parametrize("notebook", REQUIRED)
 def test_each_cell_reads_as_chinese(notebook):
     """No English paragraph left: a cell's prose (without code and identifiers) is mostly CJK."""
     for index, english, chinese in _pairs(notebook):
