@@ -11,6 +11,13 @@ decoded by ``torchvision.io.decode_jpeg`` straight to uint8 ``(3, H, W)`` — pa
 uint8 geometry (``v2.Resize``, ``v2.CenterCrop``) and normalize the batch last
 (``common.fast.NormalizedLoader``). Other formats go through PIL and ``pil_to_tensor``.
 The guide's classic transforms (and ``transform=None``) get PIL images, as before.
+
+Resuming mid-epoch (``state_dict``/``load_state_dict``): the order of an epoch is a function of
+the seed, the epoch and the plan it started with (ranks, DataLoader workers, batch size), so the
+samples each rank has consumed are a prefix of that rank's sequence, one count per rank. A
+resumed epoch reads only what is left, by its place in its shard (a tar index of headers), on
+any number of ranks and workers: every sample exactly once, in the uninterrupted order when the
+global batch is the same (``resume_batches``).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import tarfile
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -34,6 +42,7 @@ from common.shards.format import (
     ShardError,
     ShardInfo,
     ShardRecord,
+    _records,
     decode_image,
     read_manifest,
     read_shard,
@@ -167,6 +176,98 @@ def _unique_keys(records: Iterator[ShardRecord]) -> Iterator[ShardRecord]:
         yield record
 
 
+# ---------------------------------------------------------------- resuming by offset
+
+
+def shuffled_positions(count: int, size: int, rng: np.random.Generator) -> list[int]:
+    """The stream positions ``0..count-1`` in the order the shuffle buffer yields them.
+
+    The buffer's draws do not depend on the data, so this replays them on integers: the
+    order of a whole epoch is known without reading a shard.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    if size <= 1:
+        return list(range(count))
+    buffer: list[int] = []
+    out: list[int] = []
+    for position in range(count):
+        if len(buffer) < size:
+            buffer.append(position)
+            continue
+        index = int(rng.integers(size))
+        out.append(buffer[index])
+        buffer[index] = position
+    rng.shuffle(buffer)
+    return out + buffer
+
+
+def round_robin(streams: Sequence[Sequence], batch_size: int) -> list[list]:
+    """The batches a DataLoader yields from its workers' ``streams``, in order.
+
+    Each worker batches its own stream (the last batch may be short); the loader takes one
+    batch from each worker in turn and skips a worker that has run out. One stream: no workers.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    per_worker = [[list(stream[i:i + batch_size]) for i in range(0, len(stream), batch_size)]
+                  for stream in streams]
+    rounds = max((len(batches) for batches in per_worker), default=0)
+    return [batches[t] for t in range(rounds) for batches in per_worker if t < len(batches)]
+
+
+def resume_batches(sequences: Sequence[Sequence], consumed: Sequence[int], *, world_size: int,
+                   batch_size: int) -> list[list[list]]:
+    """``plan[rank]``: the batches each rank of a resumed epoch yields, and what they consume.
+
+    ``sequences[r]`` is what rank ``r`` of the interrupted plan yields in an epoch, in order;
+    ``consumed[r]`` how many of them it had consumed. Every step takes the next
+    ``world_size * batch_size`` samples, as evenly as possible from each old rank's rest in
+    rank order, and deals them out in ``world_size`` consecutive parts: every sample once, and
+    with the same global batch the samples of each step are the uninterrupted run's.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    plan: list[list[list]] = [[] for _ in range(world_size)]
+    for chunk, _position in _steps(sequences, consumed, world_size * batch_size):
+        for rank, part in enumerate(np.array_split(np.arange(len(chunk)), world_size)):
+            if len(part):
+                plan[rank].append([chunk[k] for k in part])
+    return plan
+
+
+def _steps(sequences: Sequence[Sequence], consumed: Sequence[int],
+           global_batch: int) -> Iterator[tuple[list, list[int]]]:
+    # Each step's samples, and how many of each old rank's sequence are consumed after it.
+    base, extra = divmod(global_batch, len(sequences))
+    takes = [base + (r < extra) for r in range(len(sequences))]
+    position = list(consumed)
+    while True:
+        chunk = []
+        for r, sequence in enumerate(sequences):
+            piece = sequence[position[r]:position[r] + takes[r]]
+            position[r] += len(piece)
+            chunk.extend(piece)
+        if not chunk:
+            return
+        yield chunk, list(position)
+
+
+def _tar_index(path: os.PathLike) -> list[list[tarfile.TarInfo]]:
+    # The members of each sample, in stored order, from the headers only (seeks over the data).
+    samples: list[list[tarfile.TarInfo]] = []
+    key = None
+    with tarfile.open(path, mode="r:") as tar:
+        for member in tar:
+            folder, _slash, name = member.name.rpartition("/")
+            sample_key = (folder, name.partition(".")[0])
+            if sample_key != key:
+                samples.append([])
+                key = sample_key
+            samples[-1].append(member)
+    return samples
+
+
 # ---------------------------------------------------------------- the dataset
 
 
@@ -207,6 +308,14 @@ class ShardedImageDataset(IterableDataset):
             ``MAX_BUFFER_BYTES``, 512 MiB per consumer); more is a ``ShardError``.
         max_pixels: Refuse larger images (default ``PIL.Image.MAX_IMAGE_PIXELS``).
         decode: ``"auto"`` (default; see :func:`uses_uint8`), ``"pil"`` or ``"uint8"``.
+        batch_size: The DataLoader's batch size, needed to resume mid-epoch (``state_dict``):
+            the loader takes one batch from each worker in turn, so the order of a rank's
+            samples depends on it. The loader must keep ``drop_last=False``.
+
+    Resuming: ``state_dict(batches, num_workers=...)`` after ``batches`` batches of this
+    rank's loader, saved with the checkpoint; ``load_state_dict(state)`` on a new dataset, before
+    its DataLoader starts iterating, with any number of ranks and workers. The rest of that
+    epoch is read by each sample's place in its shard (nothing consumed is read or decoded).
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
@@ -217,7 +326,8 @@ class ShardedImageDataset(IterableDataset):
                  rank: int | None = None, world_size: int | None = None,
                  equalize: str = "pad", verify: bool = True, allow_uneven: bool = False,
                  max_buffer_bytes: int = MAX_BUFFER_BYTES, max_pixels: int | None = None,
-                 decode: str = "auto", allow_duplicate_keys: bool = False) -> None:
+                 decode: str = "auto", allow_duplicate_keys: bool = False,
+                 batch_size: int | None = None) -> None:
         super().__init__()
         self.shards = read_manifest(shards) if isinstance(shards, (str, os.PathLike)) \
             else list(shards)
@@ -244,6 +354,9 @@ class ShardedImageDataset(IterableDataset):
         self.equalize, self.allow_duplicate_keys = equalize, allow_duplicate_keys
         self.uint8 = uses_uint8(decode, transform)
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.batch_size = batch_size
+        self._resume: dict | None = None
+        self._indexes: dict[int, list[list[tarfile.TarInfo]]] = {}
         if verify:
             verify_shards(self.shards)
             if not allow_duplicate_keys:
@@ -264,8 +377,9 @@ class ShardedImageDataset(IterableDataset):
             return list(range(len(self.shards)))
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.shards)).tolist()
 
-    def _split(self, num_workers: int, epoch: int) -> tuple[list, np.ndarray, np.ndarray]:
-        assignment = split_shards(self.shard_order(epoch), world_size=self.world_size,
+    def _split(self, num_workers: int, epoch: int,
+               world_size: int | None = None) -> tuple[list, np.ndarray, np.ndarray]:
+        assignment = split_shards(self.shard_order(epoch), world_size=world_size or self.world_size,
                                   num_workers=num_workers)
         counts = np.array([[sum(self.shards[i].num_samples for i in shard_list)
                             for shard_list in per_rank] for per_rank in assignment])
@@ -306,12 +420,122 @@ class ShardedImageDataset(IterableDataset):
             stream = _shuffled(stream, self.buffer_size, rng, self.max_buffer_bytes)
         return _equalized(stream, int(quotas[self.rank, worker]), int(counts[self.rank, worker]))
 
+    # ------------------------------------------------------------ resuming
+
+    def stream_positions(self, rank: int, worker: int, *, epoch: int, world_size: int,
+                         num_workers: int) -> list[tuple[int, int]]:
+        """What consumer ``(rank, worker)`` yields in ``epoch``, as ``(shard index, sample
+        index in the shard)``: ``records()``'s order, computed without reading a shard."""
+        assignment, counts, quotas = self._split(num_workers, epoch, world_size)
+        stream = [(i, m) for i in assignment[rank][worker] for m in range(self.shards[i].num_samples)]
+        if self.shuffle and self.buffer_size > 1:
+            rng = np.random.default_rng([self.seed, epoch, rank, worker])
+            stream = [stream[p] for p in shuffled_positions(len(stream), self.buffer_size, rng)]
+        quota, count = int(quotas[rank, worker]), int(counts[rank, worker])
+        kept = stream[:max(quota - count, 0)]  # "pad" repeats the first ones, cyclically
+        return stream[:quota] + [kept[k % len(kept)] for k in range(quota - count)] if kept \
+            else stream[:quota]
+
+    def rank_sequence(self, rank: int, *, epoch: int, world_size: int, num_workers: int,
+                      batch_size: int) -> list[list[tuple[int, int]]]:
+        """The batches rank ``rank``'s DataLoader yields in ``epoch`` (``round_robin`` over its
+        workers' streams), as ``(shard index, sample index)``."""
+        streams = [self.stream_positions(rank, w, epoch=epoch, world_size=world_size,
+                                         num_workers=num_workers)
+                   for w in range(max(num_workers, 1))]
+        return round_robin(streams, batch_size)
+
+    def _resumed(self) -> tuple[dict, list[list[tuple[int, int]]], list[list[list]]] | None:
+        # (state, each old rank's sequence, this epoch's resumed plan) while resuming this epoch.
+        state = self._resume
+        if state is None or state["epoch"] != self.epoch:
+            return None
+        sequences = [[sample for batch in self.rank_sequence(
+            r, epoch=state["epoch"], world_size=state["world_size"],
+            num_workers=state["num_workers"], batch_size=state["batch_size"]) for sample in batch]
+            for r in range(state["world_size"])]
+        plan = resume_batches(sequences, state["consumed"], world_size=self.world_size,
+                              batch_size=self._need_batch_size())
+        return state, sequences, plan
+
+    def _need_batch_size(self) -> int:
+        if not self.batch_size:
+            raise ValueError("ShardedImageDataset(batch_size=...) is needed to resume mid-epoch: "
+                             "the DataLoader's batch size sets the order of the samples")
+        return self.batch_size
+
+    def state_dict(self, batches: int, *, num_workers: int) -> dict:
+        """Where this epoch stands after every rank's loader yielded ``batches`` batches.
+
+        ``{"epoch", "world_size", "num_workers", "batch_size", "consumed"}``: the plan the
+        epoch started with and how many samples of each of its ranks' sequences are consumed
+        (plain integers: save it as JSON or inside a checkpoint).
+        """
+        resumed = self._resumed()
+        if resumed is not None:
+            state, sequences, _plan = resumed
+            global_batch = self.world_size * self._need_batch_size()
+            steps = itertools.islice(_steps(sequences, state["consumed"], global_batch), batches)
+            consumed = next(itertools.chain(reversed(list(steps)), [(None, state["consumed"])]))[1]
+            return {**state, "consumed": consumed}
+        batch_size = self._need_batch_size()
+        consumed = [sum(len(batch) for batch in self.rank_sequence(
+            r, epoch=self.epoch, world_size=self.world_size, num_workers=num_workers,
+            batch_size=batch_size)[:batches]) for r in range(self.world_size)]
+        return {"epoch": self.epoch, "world_size": self.world_size, "num_workers": num_workers,
+                "batch_size": batch_size, "consumed": consumed}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume ``state["epoch"]`` where ``state`` says (sets the epoch too)."""
+        keys = {"epoch", "world_size", "num_workers", "batch_size", "consumed"}
+        if set(state) != keys or len(state["consumed"]) != state["world_size"]:
+            raise ValueError(f"not a ShardedImageDataset state: {sorted(state)}, expected "
+                             f"{sorted(keys)} with one count per rank")
+        self._need_batch_size()
+        self._resume = {key: state[key] for key in keys}
+        self._resume["consumed"] = [int(n) for n in state["consumed"]]
+        self.set_epoch(int(state["epoch"]))
+
+    def _index(self, shard: int) -> list[list[tarfile.TarInfo]]:
+        if shard not in self._indexes:
+            info = self.shards[shard]
+            index = _tar_index(info.path)
+            if len(index) != info.num_samples:
+                raise ShardError(f"shard {info.path}: holds {len(index)} samples but the "
+                                 f"manifest says {info.num_samples}")
+            self._indexes[shard] = index
+        return self._indexes[shard]
+
+    def read_sample(self, shard: int, position: int) -> ShardRecord:
+        """Sample ``position`` of shard ``shard`` (undecoded), read by its offset in the tar."""
+        info = self.shards[shard]
+        members = self._index(shard)[position]
+        with open(info.path, "rb") as handle:
+            data = []
+            for member in members:
+                handle.seek(member.offset_data)
+                data.append((member, handle.read(member.size)))
+        return next(_records(info.path, iter(data), info.num_classes))
+
+    def _resumed_records(self, plan: list[list], worker: int,
+                         num_workers: int) -> Iterator[ShardRecord]:
+        workers = max(num_workers, 1)
+        for batch in plan[self.rank][worker::workers]:
+            for shard, position in batch:
+                yield self.read_sample(shard, position)
+
+    def _decode(self, record: ShardRecord):
+        return (decode_uint8(record, max_pixels=self.max_pixels) if self.uint8
+                else decode_image(record, max_pixels=self.max_pixels))
+
     def __iter__(self):
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 0)
-        for record in self.records(worker=worker, num_workers=num_workers):
-            image = (decode_uint8(record, max_pixels=self.max_pixels) if self.uint8
-                     else decode_image(record, max_pixels=self.max_pixels))
+        resumed = self._resumed()
+        records = (self._resumed_records(resumed[2], worker, num_workers) if resumed
+                   else self.records(worker=worker, num_workers=num_workers))
+        for record in records:
+            image = self._decode(record)
             label = record.label
             if self.transform:
                 image = self.transform(image)
