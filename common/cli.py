@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,  # noqa: A002
+def option(default: Any, help: str, *, choices: Sequence[Any] | None = None,
            positional: bool = False, nargs: str | None = None) -> Any:
     """A dataclass field that is also a documented command-line flag.
 

@@ -15,7 +15,7 @@ def lazy_names(package: str, where: dict[str, str], namespace: dict) -> tuple[Ca
     Introduced in chapters/01_pytorch_basics.ipynb.
     """
 
-    def __getattr__(name: str):  # noqa: ANN202, N807 - the PEP 562 hook
+    def __getattr__(name: str):  # the PEP 562 hook
         module = where.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
@@ -23,7 +23,7 @@ def lazy_names(package: str, where: dict[str, str], namespace: dict) -> tuple[Ca
         namespace[name] = value  # the next lookup is a plain attribute
         return value
 
-    def __dir__() -> list[str]:  # noqa: N807
+    def __dir__() -> list[str]:
         return sorted(set(namespace) | set(where))
 
     return __getattr__, __dir__

@@ -176,8 +176,8 @@ def _load_sphinx() -> None:
     if _SPHINX.get_start_method() != "fork":
         return
     import myst_nb.sphinx_ext  # noqa: F401
-    import sphinx.builders.html  # noqa: F401
-    import sphinx.cmd.build  # noqa: F401
+    import sphinx.builders.html
+    import sphinx.cmd.build
     import sphinx.search.zh  # noqa: F401
     import sphinx_book_theme  # noqa: F401
     try:

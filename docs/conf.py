@@ -23,7 +23,7 @@ if os.environ.get("COMPANION_SITE"):
 
 project = "torch-pipelines-companion"
 author = "The torch-pipelines-companion contributors"
-copyright = "2026, " + author  # noqa: A001 (Sphinx's name)
+copyright = "2026, " + author  # Sphinx's name
 language = _edition["language"]
 html_title = _edition["title"]
 

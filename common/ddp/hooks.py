@@ -24,7 +24,7 @@ class AllReduceCounter:
 
 # Unannotated on purpose: DDP compares the annotations with dist.GradBucket and Future, and
 # ``from __future__ import annotations`` would turn them into strings that fail the check.
-def counting_allreduce_hook(state, bucket):  # noqa: ANN001, ANN201
+def counting_allreduce_hook(state, bucket):
     """A DDP communication hook: the default averaging all-reduce, counted.
 
     Register it with ``ddp_model.register_comm_hook(AllReduceCounter(), counting_allreduce_hook)``.

@@ -238,7 +238,7 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> int:
         for module in request["preload"]:
             try:  # here, once, so that every later job starts with it imported
                 importlib.import_module(module)
-            except Exception:  # noqa: BLE001, S110 - the job imports it again and says why
+            except Exception:  # noqa: BLE001 - the job imports it again and says why
                 pass
         sys.stdout.flush()
         sys.stderr.flush()

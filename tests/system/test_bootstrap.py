@@ -51,7 +51,7 @@ def _run_bootstrap_cell(repo: Repository, monkeypatch) -> tuple[list, str]:
     monkeypatch.setattr(subprocess, "check_call", lambda *args, **kwargs: calls.append(args))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(bootstrap_source(repo), "<bootstrap cell>", "exec"), {})  # noqa: S102
+        exec(compile(bootstrap_source(repo), "<bootstrap cell>", "exec"), {})
     return calls, out.getvalue()
 
 

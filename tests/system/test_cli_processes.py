@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.unit.test_cli import REPO  # noqa: F401
+from tests.unit.test_cli import REPO
 
 
 def test_an_entry_point_helps_as_a_real_command_without_warnings():

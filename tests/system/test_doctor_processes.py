@@ -12,7 +12,7 @@ from common.doctor import (
     report,
 )
 from common.synthetic import verify
-from tests.unit.test_doctor import REPO, config_of, healthy  # noqa: F401
+from tests.unit.test_doctor import REPO, config_of, healthy
 
 
 def test_missing_data_is_flagged_with_make_data(tiny_data, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_iterable import fingerprints, stream  # noqa: F401
+from tests.unit.test_iterable import fingerprints, stream
 
 
 def test_two_workers_read_every_row_exactly_once(tiny_data):

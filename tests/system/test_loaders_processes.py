@@ -10,7 +10,7 @@ from torchvision import transforms
 from common.data import CustomDataset, CustomImageDataset
 from common.loaders import PadCollate, seed_worker
 from common.transforms import AddGaussianNoise, ClassicTrainPreset, V2TrainPreset
-from tests.unit.test_loaders import first_batches, random_pipeline, same  # noqa: F401
+from tests.unit.test_loaders import first_batches, random_pipeline, same
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

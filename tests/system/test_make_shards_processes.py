@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.unit.test_make_shards import SCRIPT, _load_script  # noqa: F401
+from tests.unit.test_make_shards import SCRIPT, _load_script
 
 
 def test_cli_runs_and_checks_its_arguments(tiny_data, tmp_path):

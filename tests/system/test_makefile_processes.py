@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from tests.unit.test_makefile import REPO  # noqa: F401
+from tests.unit.test_makefile import REPO
 
 
 def test_every_target_is_documented_in_help():

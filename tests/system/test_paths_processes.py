@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.unit.test_paths import REPO, _installed_copy  # noqa: F401
+from tests.unit.test_paths import REPO, _installed_copy
 
 
 def test_an_installed_copy_uses_the_user_cache_and_tools_say_what_to_do(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_profiling import _fraction  # noqa: F401
+from tests.unit.test_profiling import _fraction
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.system_parts import require
-from tests.unit.test_project_files import REPO  # noqa: F401
+from tests.unit.test_project_files import REPO
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from tests.unit.test_snapshot import _WRITER  # noqa: F401
+from tests.unit.test_snapshot import _WRITER
 
 
 @pytest.mark.slow

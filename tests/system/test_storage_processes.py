@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from common.storage import SlowStorage
-from tests.unit.test_storage import make_dataset  # noqa: F401
+from tests.unit.test_storage import make_dataset
 
 
 def test_pickles_and_feeds_workers_with_the_same_batches():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.unit.test_synthetic import REPO  # noqa: F401
+from tests.unit.test_synthetic import REPO
 
 
 def test_cli_writes_a_dataset(tmp_path):

@@ -132,13 +132,13 @@ class Kernel:
         self.nb = student_version(source, name=notebook.name)
         self.exercises = {e.key: e for e in exercises_of(source, name=notebook.name)}
         self.namespace: dict = {}
-        exec(next(c.source for c in self.nb.cells if c.cell_type == "code"), self.namespace)  # noqa: S102
+        exec(next(c.source for c in self.nb.cells if c.cell_type == "code"), self.namespace)
 
     def check(self, key: str, answer: str = "") -> None:
         """Run ``answer`` (default: the student version's stub), then the exercise's visible checks."""
         exercise = self.exercises[key]
-        exec(answer or self.nb.cells[exercise.answer_cell].source, self.namespace)  # noqa: S102
-        exec(strip_hidden_tests(self.nb.cells[exercise.tests_cell].source), self.namespace)  # noqa: S102
+        exec(answer or self.nb.cells[exercise.answer_cell].source, self.namespace)
+        exec(strip_hidden_tests(self.nb.cells[exercise.tests_cell].source), self.namespace)
 
 
 def test_a_failing_visible_check_of_the_chinese_edition_says_why_in_chinese(monkeypatch):

@@ -6,18 +6,18 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-from common.plotting import (  # noqa: E402
+from common.plotting import (
     plot_channel_histograms,
     plot_class_counts,
     plot_history,
     show_images,
     unnormalize,
 )
-from common.training import History  # noqa: E402
-from common.transforms import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
+from common.training import History
+from common.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 
 def test_unnormalize_inverts_normalize():

@@ -64,7 +64,7 @@ class Peer:
     def __len__(self) -> int:
         return self._ask("len")
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self):
         return self._ask("iter")
 
     def __next__(self) -> object:

@@ -33,7 +33,7 @@ def _kind(value: object) -> str | None:
     return None
 
 
-def leaves(value: object, skip, found: list | None = None, seen: set | None = None,  # noqa: ANN001
+def leaves(value: object, skip, found: list | None = None, seen: set | None = None,
            depth: int = 0) -> list:
     """The arguments whose state comes back, in an order both processes agree on."""
     found, seen = ([], set()) if found is None else (found, seen)
@@ -69,7 +69,7 @@ def state_of(value: object) -> tuple:
     return ("a", value)
 
 
-def _put(target, value) -> None:  # noqa: ANN001
+def _put(target, value) -> None:
     import torch
 
     if not isinstance(value, torch.Tensor):
@@ -82,7 +82,7 @@ def _put(target, value) -> None:  # noqa: ANN001
             target.data = value.to(target.device)
 
 
-def _set_grad(target, grad, requires_grad: bool) -> None:  # noqa: ANN001
+def _set_grad(target, grad, requires_grad: bool) -> None:
     if target.is_leaf:
         if target.requires_grad != requires_grad:
             target.requires_grad_(requires_grad)

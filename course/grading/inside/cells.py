@@ -31,7 +31,7 @@ def describe(error: BaseException, limits: dict) -> str:
 def run_cell(code: str, namespace: dict, name: str, limits: dict) -> str | None:
     """Run ``code`` in ``namespace``; None if it finished, else why it did not (``describe``)."""
     try:
-        exec(compile(code, name, "exec"), namespace)  # noqa: S102 - running cells is the judge's job
+        exec(compile(code, name, "exec"), namespace)  # running cells is the judge's job
     except BaseException as error:  # noqa: BLE001 - every failure is a result, SystemExit included
         return describe(error, limits)
     return None

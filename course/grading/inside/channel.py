@@ -90,10 +90,10 @@ def receive(sock: socket.socket) -> bytearray:
 
 
 class _Plain(pickle.Unpickler):
-    def find_class(self, module: str, name: str):  # noqa: ANN201 - refuses every global
+    def find_class(self, module: str, name: str):  # refuses every global
         raise ChannelError(f"the answer's process sent a reference to {module}.{name}")
 
-    def persistent_load(self, pid):  # noqa: ANN001, ANN201
+    def persistent_load(self, pid):
         raise ChannelError("the answer's process sent a persistent reference")
 
 

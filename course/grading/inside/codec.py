@@ -24,7 +24,7 @@ def _classes(cls: type) -> tuple[tuple[str, str], ...]:
     return tuple((str(c.__module__), str(c.__qualname__)) for c in cls.__mro__)[:32]
 
 
-def _tensor(value) -> tuple:  # noqa: ANN001
+def _tensor(value) -> tuple:
     import torch
 
     flat = value.detach().to("cpu").contiguous().reshape(-1)
@@ -33,7 +33,7 @@ def _tensor(value) -> tuple:  # noqa: ANN001
             bool(value.requires_grad), value.device.type)
 
 
-def _plain_tensor(value, torch):  # noqa: ANN001, ANN202
+def _plain_tensor(value, torch):
     """``value`` as a plain strided ``torch.Tensor`` (a subclass's data, without its methods), or None.
 
     Runs in the answer's process: whatever a subclass's code does here, what is sent is bytes,
@@ -56,7 +56,7 @@ def _module_of(value: object) -> str:
     return type(value).__module__ or ""
 
 
-def encode(value: object, register, peer_id, depth: int = 0) -> object:  # noqa: ANN001, C901, PLR0911, PLR0912
+def encode(value: object, register, peer_id, depth: int = 0) -> object:
     """The plain tree for ``value``; objects that are not data become ``("H", id, classes)``.
 
     ``register(obj)`` gives an object's handle id, ``peer_id(obj)`` the checker's id for one of
@@ -116,7 +116,7 @@ def encode(value: object, register, peer_id, depth: int = 0) -> object:  # noqa:
     return _subclass(value, register, peer_id, depth) or ("H", register(value), _classes(kind))
 
 
-def _subclass(value: object, register, peer_id, depth: int) -> object:  # noqa: ANN001
+def _subclass(value: object, register, peer_id, depth: int) -> object:
     """A namedtuple, an ``int`` subclass...: sent as its plain value, whatever its class overrides.
 
     The conversion runs here, in the answer's process; the checker compares plain values.
@@ -134,7 +134,7 @@ def _subclass(value: object, register, peer_id, depth: int) -> object:  # noqa: 
 _PIL_MODES = ("1", "L", "P", "RGB", "RGBA", "CMYK", "YCbCr", "LA", "I", "F", "I;16")
 
 
-def encode_exception(error: BaseException, register, peer_id) -> tuple:  # noqa: ANN001
+def encode_exception(error: BaseException, register, peer_id) -> tuple:
     """``("X", classes, message, args)``: the arguments only when they are plain data.
     """
     message = str(error)[:2000]
@@ -198,7 +198,7 @@ def claimable_by_handle(module: str, qualname: str) -> type | None:
     return cls
 
 
-def decode(tree: object, handle, peer, depth: int = 0) -> object:  # noqa: ANN001, C901, PLR0911, PLR0912
+def decode(tree: object, handle, peer, depth: int = 0) -> object:
     """The value for a plain tree; ``handle(Handle)`` and ``peer(PeerRef)`` give their objects.
 
     Raises ``ChannelError`` for anything that is not a well-formed tree.
@@ -219,7 +219,7 @@ def decode(tree: object, handle, peer, depth: int = 0) -> object:  # noqa: ANN00
                            f"{str(error)[:100]})") from None
 
 
-def _items(rest, handle, peer, depth):  # noqa: ANN001, ANN202
+def _items(rest, handle, peer, depth):
     return [decode(v, handle, peer, depth + 1) for v in _list(rest[0])]
 
 
@@ -229,12 +229,12 @@ def _list(value: object) -> list:
     return value
 
 
-def _pairs(rest, handle, peer, depth):  # noqa: ANN001, ANN202
+def _pairs(rest, handle, peer, depth):
     return [(decode(k, handle, peer, depth + 1), decode(v, handle, peer, depth + 1))
             for k, v in _list(rest[0])]
 
 
-def _decode_tensor(rest, handle, peer, depth):  # noqa: ANN001, ANN202
+def _decode_tensor(rest, handle, peer, depth):
     import torch
 
     dtype_name, shape, raw, requires_grad, device = rest
@@ -253,7 +253,7 @@ def _decode_tensor(rest, handle, peer, depth):  # noqa: ANN001, ANN202
     return value.requires_grad_(bool(requires_grad)) if requires_grad else value
 
 
-def _decode_array(rest, handle, peer, depth):  # noqa: ANN001, ANN202
+def _decode_array(rest, handle, peer, depth):
     import numpy as np
 
     dtype, shape, raw, writeable = rest
@@ -268,7 +268,7 @@ def _decode_array(rest, handle, peer, depth):  # noqa: ANN001, ANN202
     return array
 
 
-def _decode_scalar(rest, handle, peer, depth):  # noqa: ANN001, ANN202
+def _decode_scalar(rest, handle, peer, depth):
     import numpy as np
 
     dtype = np.dtype(str(rest[0]))
@@ -277,7 +277,7 @@ def _decode_scalar(rest, handle, peer, depth):  # noqa: ANN001, ANN202
     return np.frombuffer(rest[1], dtype=dtype)[0]
 
 
-def _decode_image(rest, handle, peer, depth):  # noqa: ANN001, ANN202
+def _decode_image(rest, handle, peer, depth):
     from PIL import Image
 
     mode, size, raw = rest
@@ -299,30 +299,30 @@ def _classes_of(value: object) -> tuple[tuple[str, str], ...]:
     return tuple((str(m), str(q)) for m, q in _list(list(value)))
 
 
-def _decode_exception(rest, handle, peer, depth):  # noqa: ANN001, ANN202
+def _decode_exception(rest, handle, peer, depth):
     classes, message, args = rest
     return RemoteException(_classes_of(classes), str(message), tuple(decode(args, handle, peer, depth + 1)))
 
 
-def _decode_tuple(rest, handle, peer, depth):  # noqa: ANN001, ANN202
+def _decode_tuple(rest, handle, peer, depth):
     return tuple(_items(rest, handle, peer, depth))
 
 
-def _decode_set(rest, handle, peer, depth):  # noqa: ANN001, ANN202
+def _decode_set(rest, handle, peer, depth):
     return set(_items(rest, handle, peer, depth))
 
 
-def _decode_frozenset(rest, handle, peer, depth):  # noqa: ANN001, ANN202
+def _decode_frozenset(rest, handle, peer, depth):
     return frozenset(_items(rest, handle, peer, depth))
 
 
-def _decode_size(rest, handle, peer, depth):  # noqa: ANN001, ANN202
+def _decode_size(rest, handle, peer, depth):
     import torch
 
     return torch.Size([int(v) for v in _list(rest[0])])
 
 
-def _decode_np_dtype(rest, handle, peer, depth):  # noqa: ANN001, ANN202
+def _decode_np_dtype(rest, handle, peer, depth):
     import numpy as np
 
     dtype = np.dtype(str(rest[0]))
@@ -331,7 +331,7 @@ def _decode_np_dtype(rest, handle, peer, depth):  # noqa: ANN001, ANN202
     return dtype
 
 
-def _decode_handle(rest, handle, peer, depth):  # noqa: ANN001, ANN202
+def _decode_handle(rest, handle, peer, depth):
     return handle(Handle(int(rest[0]), _classes_of(rest[1])))
 
 

@@ -143,7 +143,7 @@ def preload(names: list[str]) -> None:
             if spec is None or not spec.origin or _in_working_copy(Path(spec.origin).resolve(), here):
                 continue
             importlib.import_module(name)
-        except Exception:  # noqa: BLE001, S112 - the setup cell that imports it says why
+        except Exception:  # noqa: BLE001 - the setup cell that imports it says why
             continue
     settle_imports()
 

@@ -124,7 +124,7 @@ class Remote:
         return self._answer.request(op, self._id, args)
 
     @property
-    def __class__(self) -> type:  # noqa: D105 - isinstance() against the checker's classes
+    def __class__(self) -> type:  # isinstance() against the checker's classes
         return object.__getattribute__(self, "_class")
 
     def __getattr__(self, name: str) -> object:
@@ -149,7 +149,7 @@ class Remote:
             raise TypeError("len() of an answer's object must be an int")
         return size
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self):
         it = self._ask("iter")
         return it if type(it) is Remote else iter(it)
 
@@ -181,7 +181,7 @@ class Remote:
         return (_pickled_copy, (self._id,))  # unpickled: a copy made by pickle in the answer process
 
 
-def _with_grad(data, requires_grad: bool, grad, parameter: bool):  # noqa: ANN001, ANN202
+def _with_grad(data, requires_grad: bool, grad, parameter: bool):
     import torch
 
     value = torch.nn.Parameter(data, requires_grad) if parameter else data.requires_grad_(requires_grad)
@@ -230,7 +230,7 @@ def _exception(remote: RemoteException) -> BaseException:
         for args in (remote.args, (remote.message,)):
             try:
                 return cls(*args)
-            except Exception:  # noqa: BLE001, S112 - try the message alone, then the base class
+            except Exception:  # noqa: BLE001 - try the message alone, then the base class
                 continue
     return RuntimeError(remote.message)
 
@@ -324,7 +324,7 @@ class Answer:
             self._send(("ret", False, RuntimeError(f"{type(error).__name__}: {error}"), rng_state()))
 
 
-def perform(op: str, obj: object, args: tuple) -> object:  # noqa: C901, PLR0911
+def perform(op: str, obj: object, args: tuple) -> object:
     """Do one request on an object (either side)."""
     if op == "call":
         return obj(*args[0], **args[1])
@@ -352,5 +352,5 @@ def perform(op: str, obj: object, args: tuple) -> object:  # noqa: C901, PLR0911
     if op == "deepcopy":
         return copy.deepcopy(obj)
     if op == "pickle":
-        return pickle.loads(pickle.dumps(obj))  # noqa: S301 - the answer's own object, in its process
+        return pickle.loads(pickle.dumps(obj))  # the answer's own object, in its process
     raise ValueError(f"unknown request {op!r}")
