@@ -1,4 +1,4 @@
-"""The Makefile: `help` is the default goal and lists every target with a description."""
+"""The Makefile: `help` is the default goal and lists every target with a description; what each target runs."""
 
 from __future__ import annotations
 
@@ -38,3 +38,35 @@ def test_make_test_runs_every_notebook_once_by_its_strongest_check():
     assert "exercises" not in nbval and "$(WHEEL_CHAPTERS)" in nbval
     grading = (REPO / "tests" / "system" / "test_grading_classroom.py").read_text()
     assert 'solutions_dir().glob("ex*.ipynb")' in grading, "every exercise notebook is graded"
+
+
+def _recipe(target: str) -> list[str]:
+    """The recipe lines of ``target``."""
+    text = (REPO / "Makefile").read_text()
+    block = text.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+    return [line.strip() for line in block.splitlines()[1:] if line.startswith("\t")]
+
+
+def test_targets_say_what_they_run():
+    """`make tests` both tiers, `make system` the process tier, `make check` ruff + actionlint + the unit tier."""
+    text = (REPO / "Makefile").read_text()
+    assert "\nunit:" not in text, "renamed: `make tests` runs both tiers"
+    (tests,) = [line for line in _recipe("tests") if "pytest" in line]
+    assert " pytest tests " in tests and "NBVAL" not in tests
+    (system,) = [line for line in _recipe("system") if "pytest" in line]
+    assert " pytest tests/system " in system
+    check = _recipe("check")
+    assert check[:2] == ["$(BIN)/ruff check .", "$(BIN)/actionlint"], "the workflow is linted in make check"
+    assert "pytest tests/unit " in check[2]
+    phony = text.split(".PHONY:", 1)[1].split("\n", 1)[0].split()
+    assert {"tests", "system", "constraints", "check", "format"} <= set(phony) and "unit" not in phony
+
+
+def test_make_format_formats_then_fixes():
+    assert _recipe("format") == ["$(BIN)/ruff format .", "$(BIN)/ruff check --fix ."]
+
+
+def test_every_pytest_run_ends_by_listing_what_was_skipped_and_why():
+    assert "-rs" in _make_list("TEST_RUN")
+    for target in ("tests", "system"):
+        assert any("pytest" in line and " -rs " in line for line in _recipe(target)), target
