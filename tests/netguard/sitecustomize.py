@@ -3,9 +3,12 @@
 `make test` puts this folder on PYTHONPATH, so every Python process it starts (pytest,
 nbval's kernels, torchrun workers, graded submissions) imports this file at start-up
 and installs an audit hook. Loopback, Unix sockets and this machine's own addresses
-pass (Jupyter kernels, torchrun rendezvous and gloo need them); anything else raises
-PermissionError and is appended to $COMPANION_NETGUARD_LOG, which tests/conftest.py
-turns into a failed run even if the code under test swallowed the exception.
+pass (Jupyter kernels, torchrun rendezvous and gloo need them), and so do the hosts of a
+cluster of network namespaces (common/ddp/cluster.py) for the processes started on them: it
+lists its hosts as $COMPANION_CLUSTER_HOSTS (``node0=10.213.7.1,node1=10.213.7.2``), names
+and private addresses that exist only inside those namespaces. Anything else raises
+PermissionError and is appended to $COMPANION_NETGUARD_LOG, which tests/conftest.py turns
+into a failed run even if the code under test swallowed the exception.
 """
 
 import ipaddress
@@ -14,6 +17,24 @@ import socket
 import sys
 
 _LOCAL_NAMES = {None, "", "localhost", "localhost.localdomain", "ip6-localhost"}
+
+
+def _cluster_hosts() -> tuple[set, set]:
+    """The names and private addresses $COMPANION_CLUSTER_HOSTS lists (common/ddp/cluster.py)."""
+    names, addresses = set(), set()
+    for entry in os.environ.get("COMPANION_CLUSTER_HOSTS", "").split(","):
+        name, _, address = entry.strip().partition("=")
+        try:
+            parsed = ipaddress.ip_address(address)
+        except ValueError:
+            continue
+        if parsed.is_private and not parsed.is_loopback:
+            names.add(name)
+            addresses.add(str(parsed))
+    return names, addresses
+
+
+_CLUSTER_NAMES, _CLUSTER_ADDRESSES = _cluster_hosts()
 
 
 def _own_names() -> set:
@@ -28,7 +49,7 @@ def _is_local_ip(host: str) -> bool:
         address = ipaddress.ip_address(host.split("%")[0])
     except ValueError:
         return False
-    if address.is_loopback or address.is_unspecified:
+    if address.is_loopback or address.is_unspecified or str(address) in _CLUSTER_ADDRESSES:
         return True
     try:
         import psutil
@@ -59,7 +80,8 @@ def _hook(event: str, args: tuple) -> None:
         host = args[0]
         if isinstance(host, bytes):
             host = host.decode()
-        if host in _LOCAL_NAMES or host in _own_names() or _is_local_ip(str(host)):
+        if host in _LOCAL_NAMES or host in _own_names() or host in _CLUSTER_NAMES \
+                or _is_local_ip(str(host)):
             return
         _refuse(f"name lookup of {host!r}")
 

@@ -1,0 +1,95 @@
+"""The cluster fixture: N hosts as network namespaces on a private switch (common/ddp/cluster.py).
+
+A test module's fixture ``make_cluster`` (``yield from builder()``) gives ``make_cluster(size)``,
+which builds hosts ``node0``, ``node1``, ... (namespaces ``<prefix>-nodeI``, each with its own
+address in 10.213.7.0/24, hostname and /etc/hosts) and removes them after the test, also when it
+fails; a killed run's leftovers of the same prefix are removed before building. The
+prefix holds the pytest worker's id, so parallel workers build clusters of their own.
+
+Processes started through :func:`start` run ``python -m torch.distributed.run`` (real torchrun)
+on a host, in the repository root, with the environment the tests' network guard reads
+(``COMPANION_CLUSTER_HOSTS``: exactly the cluster's names and addresses). Needs root; elsewhere
+the tests skip with one line (``tests.system_parts.require``, a failure under CI=true).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from common.ddp.cluster import Cluster, unavailable
+from common.ddp.launch import RESTART_SAFE_ENV, worker_entry
+from tests.system_parts import require
+
+REPO = Path(__file__).resolve().parents[2]
+PORT = 29500  # each host has its own ports: any fixed one is free there
+
+
+def cluster_prefix() -> str:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
+    return f"ct{worker.removeprefix('gw') or 'm'}"
+
+
+def builder():
+    """The body of a ``make_cluster`` fixture: skips without root; removes what it built."""
+    require("root for network namespaces", unavailable())
+    built: list[Cluster] = []
+
+    def build(size: int = 2, **options) -> Cluster:
+        cluster = Cluster(size, prefix=cluster_prefix() + chr(ord("a") + len(built)), **options)
+        built.append(cluster)
+        cluster.start()
+        return cluster
+
+    yield build
+    for cluster in built:
+        cluster.stop()
+
+
+def environment(**extra: str) -> dict[str, str]:
+    """What every process on a host gets beside the cluster's listing: one thread, short
+    rendezvous and store timeouts, a store per restart attempt."""
+    return {"OMP_NUM_THREADS": "1", **RESTART_SAFE_ENV, **extra}
+
+
+def torchrun_argv(module: str, args: Sequence[str], *, nnodes: str | int = 2, nproc: int = 1,
+                  endpoint: str = f"node0:{PORT}", rdzv_id: str = "job", max_restarts: int = 0,
+                  rdzv_conf: str = "join_timeout=60") -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
+            f"--nproc-per-node={nproc}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+            f"--rdzv-id={rdzv_id}", f"--rdzv-conf={rdzv_conf}", f"--max-restarts={max_restarts}",
+            *worker_entry(module, args)]
+
+
+def start(cluster: Cluster, host: int, argv: Sequence[str], **extra_env: str) -> subprocess.Popen:
+    """``argv`` on a host, from the repository root, stdout and stderr together."""
+    return cluster.popen(host, argv, cwd=REPO, env=environment(**extra_env),
+                         stderr=subprocess.STDOUT)
+
+
+def finish(processes: Sequence[subprocess.Popen], timeout: float = 240) -> list[str]:
+    """Wait for every process; their outputs. A process still running at ``timeout`` is killed
+    and the test fails with the outputs so far."""
+    outputs = []
+    for process in processes:
+        try:
+            outputs.append(process.communicate(timeout=timeout)[0])
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                other.kill()
+            rest = [p.communicate()[0] for p in processes]
+            pytest.fail(f"still running after {timeout} s:\n" +
+                        "\n----\n".join(text[-2000:] for text in rest))
+    return outputs
+
+
+def preflight(cluster: Cluster, host: int, *args: str, **extra_env: str) -> subprocess.Popen:
+    import sys
+
+    return start(cluster, host, [sys.executable, "-m", "common.ddp.preflight", *args], **extra_env)
