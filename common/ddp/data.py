@@ -11,19 +11,15 @@ Both read any layout of ``common.layouts``: the shapes, an ImageFolder root, an 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, default_collate
 
 from common.ddp.config import RunSettings
-from common.ddp.normalization import run_statistics
 from common.ddp.process_group import DistInfo
 from common.ddp.samplers import ResumableDistributedSampler, ShardSampler
 from common.fast.cache import CacheConfig, CachedImageDataset, ensure_cache
 from common.fast.pipeline import BatchNormalize
-from common.imagenet import IMAGENET_MEAN, IMAGENET_STD
 from common.layouts import ImageData, as_image_data
 from common.loaders import seed_worker
 from common.synthetic import ShapesData
@@ -130,9 +126,8 @@ class NormalizeCollate:
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
 
-    def __init__(self, *, mean: Sequence[float] = IMAGENET_MEAN,
-                 std: Sequence[float] = IMAGENET_STD) -> None:
-        self.normalize = BatchNormalize(mean=mean, std=std)  # --normalize (common.ddp.normalization)
+    def __init__(self) -> None:
+        self.normalize = BatchNormalize()
 
     def __call__(self, samples):
         images, labels = default_collate(samples)
@@ -164,21 +159,19 @@ def cached_split(data: ImageData | ShapesData, split: str, size: int,
 
 def _datasets(config: RunSettings, data: ImageData) -> tuple[Dataset, Dataset, object, object]:
     size = config.image_size
-    stats = run_statistics(config, data)  # --normalize: ImageNet's or the training split's own
-    norm = {"mean": stats["mean"], "std": stats["std"]}
     pipeline = config.data_pipeline
     if pipeline == "cache":
         if config.augment:
             raise ValueError("--data-pipeline cache stores eval crops: add --no-augment")
         return (cached_split(data, "train", size, config.subset),
-                cached_split(data, "val", size, config.subset // 2), NormalizeCollate(**norm),
-                NormalizeCollate(**norm))
+                cached_split(data, "val", size, config.subset // 2), NormalizeCollate(),
+                NormalizeCollate())
     if pipeline != "decode":
         raise ValueError(f"--data-pipeline must be one of {PIPELINES}, got {pipeline!r}")
     from common.transforms import V2EvalPreset  # torchvision: the decode path only
 
     # Augmented: crop and flip to uint8, the batch normalized last (NormalizeCollate).
-    train_tf = CropFlip(size) if config.augment else V2EvalPreset(resize_size=size, crop_size=size, **norm)
+    train_tf = CropFlip(size) if config.augment else V2EvalPreset(resize_size=size, crop_size=size)
 
     def split(name: str, transform, count: int) -> Dataset:
         dataset = data.dataset(name, transform)
@@ -186,8 +179,8 @@ def _datasets(config: RunSettings, data: ImageData) -> tuple[Dataset, Dataset, o
         return dataset if len(indices) == len(dataset) else Subset(dataset, indices)
 
     return (SeededAugment(split("train", train_tf, config.subset), seed=config.seed),
-            split("val", V2EvalPreset(resize_size=size, crop_size=size, **norm), config.subset // 2),
-            NormalizeCollate(**norm) if config.augment else None, None)
+            split("val", V2EvalPreset(resize_size=size, crop_size=size), config.subset // 2),
+            NormalizeCollate() if config.augment else None, None)
 
 
 def build_loaders(config: RunSettings, info: DistInfo, data: ImageData | ShapesData):
