@@ -9,6 +9,8 @@
 # - A `WeightedRandomSampler` that fixes a deliberately imbalanced dataset.
 # - Map-style datasets vs `IterableDataset`, and how to split a stream across workers so no sample repeats.
 # - The whole pipeline feeding a training loop to over 90% validation accuracy.
+#
+# > **Prerequisites:** chapters 1, 2.1 and 2.2 · **Time:** about 25 min to read, 3 min to run on a 2-core laptop · **Main path:** every section; the one titled "Going further" (samplers for class imbalance) is optional.
 
 # %% [markdown]
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/02_3_custom_datasets.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/02_3_custom_datasets.ipynb)
@@ -39,9 +41,9 @@ import csv
 import hashlib
 import os
 import pickle
+import re
 import subprocess
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -77,20 +79,22 @@ from common import (
     ensure_data,
     fit,
     get_device,
-    is_quick_run,
     plot_class_counts,
     plot_history,
     seed_everything,
     show_images,
-    sized,
 )
 from common.iterable import shard_of
-from common.source import show_source
+from common.source import show_file, show_source
 
 generator = seed_everything(0)
 device = get_device()
 data = ensure_data()
 print("device:", describe_device(device))
+
+# %% tags=["parameters"]
+# Sizes of this chapter's runs. `make test` runs the notebook with smaller ones (tests/notebook_parameters.py).
+NUM_EPOCHS = 24  # epochs of the final training
 
 # %% [markdown]
 # ## §2.3 自定义数据管道的操作
@@ -113,31 +117,17 @@ print("device:", describe_device(device))
 # file_list = ["path/to/image1.jpg", "path/to/image2.jpg", ...]
 # custom_dataset = CustomDataset(file_list=file_list, trans…
 # ```
-# (The guide breaks off here.) A linter finds the names that are used but never imported.
+# (The guide breaks off here.) Its class is the file `scripts/02_3/guide_2_3_1.py` beside this notebook (the
+# class as written, without its last, unfinished lines); a linter finds the names used there but never imported.
 
 # %%
-GUIDE_2_3_1 = '''\
-class CustomDataset(torch.utils.data.Dataset):
-    def __init__(self, file_list, transform=None):
-        self.file_list = file_list
-        self.transform = transform
+GUIDE = Path("scripts/02_3/guide_2_3_1.py")
+show_file(GUIDE)
 
-    def __len__(self):
-        return len(self.file_list)
-
-    def __getitem__(self, index):
-        img_path = self.file_list[index]
-        image = PIL.Image.open(img_path).convert('RGB')
-        label = self.get_label(img_path)
-        if self.transform:
-            image = self.transform(image)
-        return image, label
-'''
-workdir = Path(tempfile.mkdtemp())
-(workdir / "guide_2_3_1.py").write_text(GUIDE_2_3_1)
+# %%
 lint = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated",
-                       "--select", "F821", "--output-format", "concise", "guide_2_3_1.py"],
-                      cwd=workdir, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+                       "--select", "F821", "--output-format", "concise", GUIDE.name],
+                      cwd=GUIDE.parent, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
 print(lint.stdout)
 assert "`PIL`" in lint.stdout and "`torch`" in lint.stdout
 
@@ -212,7 +202,7 @@ print(f"{len(files)} files, every label as ImageFolder gives it")
 # takes an optional `classes=` order and a `root=` every file must lie in, checks every file at
 # construction, and stores paths and labels in NumPy arrays (copy-on-read, Chapter 2.1). Its constructor:
 
-# %%
+# %% tags=["hide-output"]
 show_source(CustomDataset.__init__)
 
 # %% [markdown]
@@ -235,7 +225,7 @@ for bad in (dict(file_list=files[:3], classes=["star"]), dict(file_list=[*files[
     try:
         CustomDataset(**bad)
     except ValueError as error:
-        print(type(error).__name__ + ":", str(error).replace(str(data.root), "<data>")[:110])
+        print(type(error).__name__ + ":", str(error).replace(str(data.root), "<data>"))
 
 # %% [markdown]
 # ## Custom transforms
@@ -263,7 +253,7 @@ print(Noise(std=0.15), "| noise std measured:", round((Noise(std=0.15)(tensor) -
 # `common.AddGaussianNoise` adds a probability `p`, refuses a negative `std` and a PIL image (noise needs a
 # float tensor, after `ToTensor`), and lives in a module so that workers can import it:
 
-# %%
+# %% tags=["hide-output"]
 show_source(AddGaussianNoise)
 
 # %% [markdown]
@@ -291,7 +281,8 @@ fig = show_images([noisy(custom[0][0]).clamp(0, 1) for _ in range(4)], ncols=4,
 try:
     pickle.dumps(transforms.Lambda(lambda x: x + 0.1 * torch.randn_like(x)))
 except (pickle.PicklingError, AttributeError) as error:
-    print(type(error).__name__ + ":", error)
+    # The message names the function's memory address, which changes from run to run: leave it out.
+    print(type(error).__name__ + ":", re.sub(r" at 0x[0-9a-f]+", "", str(error)))
 print("AddGaussianNoise pickles to", len(pickle.dumps(AddGaussianNoise(std=0.1))), "bytes")
 print("Noise is pickled by name:", pickle.dumps(Noise)[:40])
 
@@ -306,7 +297,7 @@ variable = CustomImageDataset(data.labels_csv("val"), data.images_dir("val"),
 try:
     next(iter(DataLoader(variable, batch_size=4)))
 except RuntimeError as error:
-    print("RuntimeError:", str(error)[:100])
+    print("RuntimeError:", error)
 
 # %% [markdown]
 # A `collate_fn` receives the list of `(image, label)` samples of one batch and returns the batch. A first
@@ -332,7 +323,7 @@ print("batch", tuple(images.shape), "| original (h, w):", sizes.tolist())
 # `common.PadCollate` is the same as a class: a `fill` value, a readable `repr`, an error for an empty batch
 # or mixed channel counts, and importable by workers. Its `__call__`, and a check that it builds the same batch:
 
-# %%
+# %% tags=["hide-output"]
 batch = [variable[i] for i in range(4)]
 assert all(torch.equal(a, b) for a, b in zip(pad_collate(batch), PadCollate()(batch), strict=True))
 show_source(PadCollate.__call__)
@@ -352,7 +343,7 @@ fig = show_images(list(images), [f"{CLASSES[t]} {h}x{w}" for t, (h, w) in zip(la
                   ncols=4, size=2)
 
 # %% [markdown]
-# ## Samplers: fixing class imbalance
+# ## Going further: samplers for class imbalance
 # Make the training set deliberately imbalanced: keep 160, 80, 40, 20, 10 and 5 images of the six
 # classes. A shuffling loader reproduces the imbalance in every epoch.
 
@@ -380,7 +371,7 @@ inline_sampler = WeightedRandomSampler(torch.as_tensor(weights, dtype=torch.doub
 # `common.balanced_sampler` is those lines with an error for an empty label list and a `num_samples=`
 # option; with the same seed it draws the same indices:
 
-# %%
+# %% tags=["hide-output"]
 sampler = balanced_sampler(subset_labels, generator=torch.Generator().manual_seed(0))
 assert list(sampler) == list(inline_sampler)
 show_source(balanced_sampler)
@@ -476,7 +467,7 @@ assert set(split.values()) == {1} and len(split) == len(naive) == 240
 # `world_size` folded in for distributed training (Chapter 4), so that every (process, worker) pair reads
 # its own share:
 
-# %%
+# %% tags=["hide-output"]
 show_source(shard_of)
 
 # %% [markdown]
@@ -526,7 +517,7 @@ print(f"{len(inline_val)} images in one array: {inline_val.pixels.shape} {inline
 # `common.PreloadedDataset` fills a preallocated array instead of holding every decoded image at once,
 # converts to RGB, refuses a source that already transforms, and returns read-only labels:
 
-# %%
+# %% tags=["hide-output"]
 show_source(PreloadedDataset.__init__)
 
 # %% [markdown]
@@ -569,19 +560,23 @@ model = SmallCNN(num_classes=len(CLASSES)).to(device)
 print(f"{count_parameters(model):,} parameters")
 
 # %% [markdown]
-# AdamW with a one-cycle learning-rate schedule (warm up, then anneal; `fit` steps it once per epoch). Why
-# 24 epochs: while writing this notebook we ran the recipe with three seeds; at 14 epochs they ended between
-# 84% and 90%, at 20 epochs between 92% and 93%, at 24 epochs between 93% and 95% — we keep a margin above
-# the 90% we assert, since other machines round differently (Exercise 5 repeats the check).
+# AdamW with a one-cycle learning-rate schedule (warm up, then anneal; `fit` steps it once per epoch) for
+# `NUM_EPOCHS` epochs (the parameters cell at the top). Why 24: while writing this notebook we ran the recipe
+# with three seeds; at 14 epochs they ended between 84% and 90%, at 20 epochs between 92% and 93%, at 24
+# epochs between 93% and 95%, a margin above 90% since other machines round differently (Exercise 5
+# repeats the check). The cell checks only what holds after any number of epochs: the training loss
+# falls. The printed accuracy, against chance (one class in six), is the result to read; the first few
+# epochs stay near chance while the learning rate warms up.
 
 # %%
-num_epochs = sized(24, quick=3)  # 24; 3 under `make test` (common/quick.py)
 optimizer = torch.optim.AdamW(model.parameters(), lr=8e-3)
-scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=8e-3, total_steps=num_epochs)
+scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=8e-3, total_steps=NUM_EPOCHS)
 history = fit(model, train_loader, val_loader, optimizer=optimizer, scheduler=scheduler,
-              num_epochs=num_epochs, device=device)
-print(f"final validation accuracy: {history.val_acc[-1]:.3f}")
-assert is_quick_run() or history.val_acc[-1] >= 0.9
+              num_epochs=NUM_EPOCHS, device=device)
+chance = 1 / len(CLASSES)
+print(f"final validation accuracy after {NUM_EPOCHS} epochs: {history.val_acc[-1]:.3f} "
+      f"(chance: {chance:.3f}; the recipe reaches 0.93-0.95 in 24 epochs)")
+assert history.train_loss[-1] < history.train_loss[0]  # it learns, after 3 epochs as after 24
 
 # %% [markdown]
 # The curves: both losses fall, and train and validation accuracy rise together (no overfitting gap).
@@ -596,6 +591,13 @@ fig = plot_history(history, title="SmallCNN on 32x32 shapes, preloaded + flips")
 # - `PadCollate` batches images of different sizes; `balanced_sampler` turns a 160:5 imbalance into roughly equal classes per epoch.
 # - An `IterableDataset` must split its stream by `get_worker_info()`, or every worker yields every sample.
 # - Decode once, augment every epoch: the pipeline feeds Chapter 1's `SmallCNN` and `fit` to over 90% validation accuracy on a CPU.
+#
+# ## Further reading
+# - [`torch.utils.data`](https://pytorch.org/docs/stable/data.html): map-style and iterable datasets, samplers (`WeightedRandomSampler`), `collate_fn`, `get_worker_info` and the worker-splitting example for an `IterableDataset`.
+# - [Datasets & DataLoaders tutorial](https://pytorch.org/tutorials/beginner/basics/data_tutorial.html): writing a custom `Dataset` for your own files, the pattern this chapter hardens.
+# - [Writing custom datasets, dataloaders and transforms](https://pytorch.org/tutorials/beginner/data_loading_tutorial.html): transforms written as callable classes, as `AddGaussianNoise` is here.
+# - [torchvision `ImageFolder`](https://pytorch.org/vision/stable/generated/torchvision.datasets.ImageFolder.html): the folder-per-class layout and the class numbering `CustomDataset` reproduces.
+# - [torchvision transforms v2](https://pytorch.org/vision/stable/transforms.html): the built-in transforms to reach for before writing your own.
 #
 # ## Exercises
 # 1. Give `CustomDataset` a `classes=` list in a different order. What happens to the labels, and when would you want that?
