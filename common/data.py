@@ -26,7 +26,7 @@ from common.annotations import (
     read_annotations,
     resolve_inside,
 )
-from common.images.pixels import viewer_rgb
+from common.images.pixels import squared, viewer_rgb
 
 __all__ = ["BadSampleError", "CustomDataset", "CustomImageDataset", "DECODE_ERRORS", "check_pixels",
            "decode_errors", "describe_image", "load_rgb", "open_image", "parse_label",
@@ -173,6 +173,10 @@ class CustomImageDataset(Dataset):
     Introduced in chapters/02_1_dataset_dataloader.ipynb.
     """
 
+    #: ``{"orientation": ..., "resize": ...}`` when not the defaults (``common.layouts``:
+    #: the trainers' ``--orientation raw`` and ``--resize squash|pad``).
+    pixels: dict = {}
+
     def __init__(self, annotations_file: str | os.PathLike, img_dir: str | os.PathLike,
                  transform: Callable | None = None, target_transform: Callable | None = None,
                  *, num_classes: int | None = None, on_bad: str = "raise",
@@ -245,7 +249,10 @@ class CustomImageDataset(Dataset):
 
     def __getitem__(self, idx: int):
         where = f"{self.annotations_file.name} line {self._lines[idx]}"
-        image = load_rgb(self._paths[idx], where=where, max_pixels=self.max_pixels)
+        image = load_rgb(self._paths[idx], where=where, max_pixels=self.max_pixels,
+                         orientation=self.pixels.get("orientation", "exif"))
+        if self.pixels.get("resize", "crop") != "crop":  # the trainers' --resize squash|pad
+            image = squared(image, self.pixels["resize"])
         label = int(self._labels[idx])
         if self.transform:
             image = self.transform(image)

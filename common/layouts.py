@@ -20,7 +20,7 @@ No torchvision at import: only the ImageFolder layout loads it, when it is read.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import hashlib
 import os
 import unicodedata
@@ -34,6 +34,7 @@ from common.annotations import BadSampleError, read_annotations
 from common.data import CustomImageDataset, load_rgb
 from common.digests import file_sha256
 from common.images.listing import FolderListing, list_folder, system_entry
+from common.images.pixels import squared
 from common.synthetic import ShapesData, ensure_data
 
 LAYOUTS = ("shapes", "imagefolder", "csv")
@@ -81,6 +82,15 @@ class ImageData:
     val: SplitFiles
     cache_root: Path
     named_labels: bool = False
+    orientation: str = "exif"
+    resize: str = "crop"
+
+    @property
+    def pixels(self) -> dict[str, str]:
+        """The decoders' settings that are not the defaults (``common.images.pixels``)."""
+        return {name: value for name, value, default in (
+            ("orientation", self.orientation, "exif"), ("resize", self.resize, "crop"))
+            if value != default}
 
     def split(self, name: str) -> SplitFiles:
         if name not in SPLITS:
@@ -105,11 +115,14 @@ class ImageData:
         """The split as a Dataset of ``(image, label)``: ``CustomImageDataset`` or ``ImageFolder``."""
         files = self.split(split)
         if files.csv is None:
-            return image_folder(files.images, transform, classes=self.classes)
+            return image_folder(files.images, transform, classes=self.classes, **self.pixels)
         if self.named_labels:
-            return CustomImageDataset(files.csv, files.images, transform, classes=self.classes)
-        return CustomImageDataset(files.csv, files.images, transform,
-                                  num_classes=len(self.classes))
+            dataset = CustomImageDataset(files.csv, files.images, transform, classes=self.classes)
+        else:
+            dataset = CustomImageDataset(files.csv, files.images, transform,
+                                         num_classes=len(self.classes))
+        dataset.pixels = self.pixels
+        return dataset
 
 
 def layout_of(root: Path) -> str:
@@ -170,13 +183,20 @@ def resolve_data(config) -> ImageData:
     Introduced in docs/scripts.md ("Your own images").
     """
     if getattr(config, "train_csv", ""):
-        return csv_data(*(Path(getattr(config, name)) for name in CSV_FLAGS))
-    if not config.data:
-        return as_image_data(ensure_data(verbose=False))
-    root = Path(config.data)
-    if layout_of(root) == "shapes":
-        return shapes_data(root)
-    return folder_data(root)
+        data = csv_data(*(Path(getattr(config, name)) for name in CSV_FLAGS))
+    elif not config.data:
+        data = as_image_data(ensure_data(verbose=False))
+    elif layout_of(Path(config.data)) == "shapes":
+        data = shapes_data(Path(config.data))
+    else:
+        data = folder_data(Path(config.data))
+    data = dataclasses.replace(data, orientation=getattr(config, "orientation", "exif"),
+                               resize=getattr(config, "resize", "crop"))
+    if data.pixels:  # a cache of its own: other pixels
+        suffix = "-".join(data.pixels.values())
+        data = dataclasses.replace(data, cache_root=data.cache_root.with_name(
+            f"{data.cache_root.name}-{suffix}"))
+    return data
 
 
 def as_image_data(data: ShapesData | ImageData) -> ImageData:
@@ -267,7 +287,7 @@ def csv_classes(csv: Path) -> tuple[tuple[str, ...], bool]:
 
 def image_folder(root: Path, transform: Callable | None = None, *,
                  classes: tuple[str, ...] | None = None, orientation: str = "exif",
-                 listing: FolderListing | None = None):
+                 resize: str = "crop", listing: FolderListing | None = None):
     """torchvision's ``ImageFolder`` over ``root``, its samples from ``common.images.listing``
     (system files skipped, files decided by content, each once), read with ``load_rgb``
     (errors name the file; EXIF ``orientation`` applied unless ``"raw"``).
@@ -290,8 +310,9 @@ def image_folder(root: Path, transform: Callable | None = None, *,
                               f"{root}/<class>/<image>)")
     dataset = ImageFolder.__new__(ImageFolder)  # a plain ImageFolder (picklable), listed by us
     VisionDataset.__init__(dataset, os.fspath(root), transform=transform)
-    dataset.loader = (load_rgb if orientation == "exif"
-                      else functools.partial(load_rgb, orientation=orientation))
+    dataset.pixels = {name: value for name, value, default in (
+        ("orientation", orientation, "exif"), ("resize", resize, "crop")) if value != default}
+    dataset.loader = PixelLoader(**dataset.pixels) if dataset.pixels else load_rgb
     dataset.extensions = None
     dataset.classes = list(listing.classes)
     dataset.class_to_idx = {name: i for i, name in enumerate(listing.classes)}
@@ -299,6 +320,20 @@ def image_folder(root: Path, transform: Callable | None = None, *,
     dataset.imgs, dataset.targets = dataset.samples, [label for _, label in listing.samples]
     dataset.listing = listing
     return dataset
+
+
+class PixelLoader:
+    """``load_rgb`` with ``orientation``, then ``squared`` by ``resize``: an ImageFolder's loader
+    for the trainers' ``--orientation raw`` and ``--resize squash|pad`` (a class: picklable).
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+
+    def __init__(self, *, orientation: str = "exif", resize: str = "crop") -> None:
+        self.orientation, self.resize = orientation, resize
+
+    def __call__(self, path: str):
+        return squared(load_rgb(path, orientation=self.orientation), self.resize)
 
 
 @dataclass(frozen=True)
@@ -336,7 +371,7 @@ def file_list(dataset) -> FileList:
     if isinstance(dataset, CustomImageDataset):
         csv = dataset.annotations_file
         extra = (b"\0classes\0" + "\n".join(dataset.classes).encode()
-                 if dataset.classes is not None else b"")
+                 if dataset.classes is not None else b"") + _pixels_bytes(dataset)
         # The dataset's own string array: 15,360 pathlib.Path objects cost more than the stats.
         return FileList(f"annotations file {csv.name}", str(csv), dataset._paths,
                         dataset.labels, csv, extra)
@@ -345,7 +380,13 @@ def file_list(dataset) -> FileList:
     return FileList(f"file list of {root.name}/", str(root),
                     np.array([path for path, _ in dataset.samples], dtype=np.str_),
                     np.array(dataset.targets, dtype=np.int64),
-                    extra="\n".join(["imagefolder", *rows, "classes", *dataset.classes]).encode())
+                    extra="\n".join(["imagefolder", *rows, "classes", *dataset.classes]).encode()
+                    + _pixels_bytes(dataset))
+
+
+def _pixels_bytes(dataset) -> bytes:
+    pixels = getattr(dataset, "pixels", {})
+    return (b"\0pixels\0" + repr(sorted(pixels.items())).encode()) if pixels else b""
 
 
 def class_identity(classes: tuple[str, ...] | list[str]) -> dict[str, str]:

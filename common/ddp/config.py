@@ -20,8 +20,11 @@ from common.cli import (
     positive,
     writable_file,
 )
+from common.images.pixels import ORIENTATIONS, RESIZES
 from common.layouts import DataLayoutError, csv_flag_problems, layout_of
 from common.models import model_problem
+
+NORMALIZE = ("auto", "imagenet", "dataset")  # common.ddp.normalization
 
 
 @dataclass
@@ -58,9 +61,18 @@ class RunSettings:
                                 "Chapter 3's uint8 cache, normalized per batch (needs --no-augment)",
                                 choices=("decode", "cache"))
     image_size: int = option(64, "side of the square training images")
+    resize: str = option("crop", "how a picture becomes a square: crop (shorter side to "
+                         "--image-size, the middle cut out: a 2:1 panorama loses half); squash "
+                         "(the whole picture stretched); pad (the whole picture on black)",
+                         choices=RESIZES)
+    normalize: str = option("auto", "mean and std of the pixels: imagenet (ImageNet's, for "
+                            "pretrained --weights); dataset (the training split's own, computed "
+                            "once, stored beside the cache and in the log); auto: imagenet with "
+                            "--weights, dataset from scratch", choices=NORMALIZE)
+    orientation: str = option("exif", "exif: photos turned upright as viewers show them (the EXIF "
+                              "Orientation tag); raw: the pixels as stored", choices=ORIENTATIONS)
     width: int = option(16, "channels of SmallCNN's first block (--model small_cnn)")
-    augment: bool = option(True, "random resized crops and flips, pytorch/examples' recipe (seeded "
-                           "per sample)")
+    augment: bool = option(True, "random crops, flips, rotations, colour jitter (seeded per sample)")
     subset: int = option(0, "use only the first N training and N // 2 validation images (0: all)")
     grad_accum: int = option(1, "micro-batches per optimizer step (gradients synchronised on the "
                              "last only: no_sync)")

@@ -99,8 +99,9 @@ class _DecodeForCache(Dataset):
     def __init__(self, source: Dataset, indices: Sequence[int], config: CacheConfig) -> None:
         paths = file_list(source).paths
         self.paths = [str(paths[i]) for i in indices]
+        pixels = getattr(source, "pixels", {})  # --orientation, --resize (common.layouts)
         self.decoder = DraftPilDecoder(resize_size=config.resize_size,
-                                       crop_size=config.crop_size, draft=False)
+                                       crop_size=config.crop_size, draft=False, **pixels)
 
     def __len__(self) -> int:
         return len(self.paths)

@@ -31,7 +31,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, S
 
 from common.data import CustomImageDataset, decode_errors, describe_image, open_image
 from common.imagenet import IMAGENET_MEAN, IMAGENET_STD
-from common.images.pixels import shown_size, viewer_rgb
+from common.images.pixels import shown_size, squared, viewer_rgb
 
 DECODERS = ("pil_draft", "torchvision")
 #: The start of torchvision 0.29's DeprecationWarning for its image decoders (see decode_tensor).
@@ -92,10 +92,10 @@ class DraftPilDecoder:
     """
 
     def __init__(self, *, resize_size: int = 256, crop_size: int = 224, draft: bool = True,
-                 orientation: str = "exif") -> None:
+                 orientation: str = "exif", resize: str = "crop") -> None:
         if crop_size > resize_size:
             raise ValueError(f"crop_size {crop_size} exceeds resize_size {resize_size}")
-        self.orientation = orientation
+        self.orientation, self.resize = orientation, resize
         self.resize_size = resize_size
         self.crop_size = crop_size
         self.draft = draft
@@ -109,6 +109,9 @@ class DraftPilDecoder:
                     stored = target if shown == image.size else target[::-1]
                     image.draft("RGB", stored)  # never smaller than the target
                 image = viewer_rgb(image, orientation=self.orientation)
+        if self.resize != "crop":  # squash or pad to a square first (common.images.pixels)
+            image = squared(image, self.resize)
+            target = resized_size(*image.size, self.resize_size)
         image = image.resize(target, Image.Resampling.BILINEAR)
         image = image.crop(center_box(*target, self.crop_size))
         return torch.from_numpy(np.asarray(image).transpose(2, 0, 1).copy())

@@ -14,6 +14,9 @@ tensor for the same file:
   on a white page: RGBA, LA, and palette or grey images with a transparent colour.
 - Everything else (L, P, CMYK, YCbCr, 1-bit, ...) is Pillow's ``convert("RGB")``.
 
+:func:`squared` is the trainers' ``--resize crop|squash|pad`` (``RESIZES``), applied on every
+path before the resize and centre crop.
+
 :func:`jpeg_warnings` reports what libjpeg says about a damaged JPEG that still decodes (Pillow
 decodes it silently): ``python -m common.images.check`` refuses such a file, naming it.
 """
@@ -29,6 +32,13 @@ from PIL import Image
 #: The colour transparent pixels are composited on (white, as a browser's page).
 BACKGROUND = (255, 255, 255)
 ORIENTATIONS = ("exif", "raw")
+#: How a picture that is not square becomes the trainers' square ``--image-size``:
+#: crop: shorter side to the size, the middle cut out (torchvision's Resize + CenterCrop: a 2:1
+#: panorama loses half its width); squash: the whole picture, stretched to a square; pad: the
+#: whole picture, centred on a black square (letterboxed), then resized.
+RESIZES = ("crop", "squash", "pad")
+#: The colour ``resize="pad"`` fills with (black, as a video player letterboxes).
+PAD_COLOUR = (0, 0, 0)
 _ORIENTATION_TAG = 0x0112
 _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")
 _TURNS = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180,
@@ -94,6 +104,26 @@ def viewer_rgb(image: Image.Image, *, orientation: str = "exif") -> Image.Image:
     if turn != 1:
         image = image.transpose(_TURNS[turn])  # what ImageOps.exif_transpose does, tag by tag
     return image
+
+
+def squared(image: Image.Image, resize: str = "crop") -> Image.Image:
+    """``image`` made square as ``resize`` says (``RESIZES``), before the trainers' resize and
+    centre crop (which then keep it whole); ``"crop"`` leaves it as it is.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    if resize not in RESIZES:
+        raise ValueError(f"resize must be one of {RESIZES}, got {resize!r}")
+    width, height = image.size
+    if resize == "crop" or width == height:
+        return image
+    if resize == "squash":
+        side = min(width, height)
+        return image.resize((side, side), Image.Resampling.BILINEAR)
+    side = max(width, height)
+    canvas = Image.new("RGB", (side, side), PAD_COLOUR)
+    canvas.paste(image, ((side - width) // 2, (side - height) // 2))
+    return canvas
 
 
 def jpeg_warnings(data: bytes) -> str:

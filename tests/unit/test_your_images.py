@@ -207,3 +207,36 @@ def test_a_labels_csv_is_split_in_two(messy, tmp_path):
     assert counts == {"train": 24, "val": 9}
     data = csv_data(tmp_path / "out" / "train.csv", root, tmp_path / "out" / "val.csv", root)
     assert data.classes == MESSY_CLASSES and len(data.dataset("val")) == 9
+
+
+def test_resize_and_normalize_are_the_same_on_the_decode_and_cache_paths(messy, tmp_path):
+    from common.ddp.config import parse_config
+    from common.ddp.normalization import run_statistics
+    from common.fast.pipeline import DraftPilDecoder
+    from common.layouts import resolve_data
+    from common.transforms import V2EvalPreset
+
+    root = _copy(messy[0], tmp_path)
+    config = parse_config(["--data", str(root), "--resize", "pad", "--image-size", "16"])
+    data = resolve_data(config)
+    assert data.pixels == {"resize": "pad"} and data.cache_root.name.endswith("-pad")
+    train = data.dataset("train")
+    panorama = next(i for i, (path, _) in enumerate(train.samples) if path.endswith("dog/img_2.jpg"))
+    padded = np.asarray(train[panorama][0])
+    assert padded.shape == (70, 70, 3) and (padded[:15] == 0).all()  # 70x30 on black: whole
+    decoder = DraftPilDecoder(resize_size=16, crop_size=16, draft=False, **data.pixels)
+    preset = V2EvalPreset(resize_size=16, crop_size=16, mean=(0, 0, 0), std=(1, 1, 1))
+    for index in range(0, len(train), 5):
+        decoded = (preset(train[index][0]) * 255).round()
+        assert (decoded - decoder(train.samples[index][0]).float()).abs().max() <= 2
+    stats = run_statistics(config, data)  # auto, no --weights: the data's own
+    assert stats["normalize"] == "dataset" and stats["mean"] != (0.485, 0.456, 0.406)
+    stored = data.cache_root / "statistics_16.json"
+    assert stored.is_file() and run_statistics(config, data) == stats  # read back
+    weights = tmp_path / "w.pt"
+    torch.save({}, weights)
+    tuned = parse_config(["--data", str(root), "--weights", str(weights)])
+    assert run_statistics(tuned, resolve_data(tuned))["normalize"] == "imagenet"
+    for flag, value in (("--resize", "stretch"), ("--normalize", "mine"), ("--orientation", "up")):
+        with pytest.raises(SystemExit):
+            parse_config(["--data", str(root), flag, value])
