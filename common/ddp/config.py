@@ -72,7 +72,8 @@ class RunSettings:
     orientation: str = option("exif", "exif: photos turned upright as viewers show them (the EXIF "
                               "Orientation tag); raw: the pixels as stored", choices=ORIENTATIONS)
     width: int = option(16, "channels of SmallCNN's first block (--model small_cnn)")
-    augment: bool = option(True, "random crops, flips, rotations, colour jitter (seeded per sample)")
+    augment: bool = option(True, "random resized crops and flips, pytorch/examples' recipe (seeded "
+                           "per sample)")
     subset: int = option(0, "use only the first N training and N // 2 validation images (0: all)")
     grad_accum: int = option(1, "micro-batches per optimizer step (gradients synchronised on the "
                              "last only: no_sync)")

@@ -39,6 +39,11 @@ class SeededAugment(Dataset):
     what makes 1-process and N-process runs, and resumed runs, comparable exactly.
     The global torch RNG of the loading process is left as it was.
 
+    The seed goes to the CPU generator only (``torch.default_generator``, a ``torch.Generator``,
+    which the transforms draw from), not through ``torch.manual_seed``: that one also seeds every
+    CUDA device's generator, about 100-350 µs per call on a CUDA build of torch, against about
+    10 µs here for the seed and the save/restore together. The draws, hence the images, are the same.
+
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
 
@@ -53,9 +58,44 @@ class SeededAugment(Dataset):
 
     def __getitem__(self, index: int):
         sample_seed = np.random.SeedSequence([self.seed, self.epoch, index]).generate_state(1)[0]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(sample_seed))
+        with torch.random.fork_rng(devices=[]):  # the CPU generator's state, restored after
+            torch.default_generator.manual_seed(int(sample_seed))
             return self.dataset[index]
+
+
+class CropFlip:
+    """The trainers' augmentation: a random resized crop and a horizontal flip, to uint8.
+
+    pytorch/examples' ImageNet recipe (``RandomResizedCrop`` + ``RandomHorizontalFlip``) done
+    in one PIL ``resize`` of the crop box (no intermediate crop image), the flip on the small
+    result, and the sample kept uint8: ``NormalizeCollate`` normalizes the whole batch last
+    (Chapter 3). The draws come from torch's CPU generator, as in ``transforms``: under
+    ``SeededAugment`` every sample's crop and flip are fixed by ``(seed, epoch, index)``.
+    Rotations and colour jitter (``V2TrainPreset``, Chapter 2.2) are left out: they double the
+    CPU per sample (docs/scripts.md, "What each transform costs").
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+
+    def __init__(self, size: int, *, scale: tuple[float, float] = (0.5, 1.0),
+                 ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> None:
+        self.size, self.scale, self.ratio = size, scale, ratio
+
+    def __call__(self, image) -> torch.Tensor:
+        from PIL import Image
+        from torchvision.transforms import RandomResizedCrop
+        from torchvision.transforms.functional import pil_to_tensor
+
+        top, left, height, width = RandomResizedCrop.get_params(image, list(self.scale),
+                                                                list(self.ratio))
+        out = image.resize((self.size, self.size), Image.Resampling.BILINEAR,
+                           box=(left, top, left + width, top + height))
+        if torch.rand(1) < 0.5:
+            out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        return pil_to_tensor(out)
+
+    def __repr__(self) -> str:
+        return f"CropFlip(size={self.size}, scale={self.scale})"
 
 
 class CachedSamples(Dataset):
@@ -122,7 +162,7 @@ def cached_split(data: ImageData | ShapesData, split: str, size: int,
     return CachedSamples(CachedImageDataset(cache.root, check=False))
 
 
-def _datasets(config: RunSettings, data: ImageData) -> tuple[Dataset, Dataset, object]:
+def _datasets(config: RunSettings, data: ImageData) -> tuple[Dataset, Dataset, object, object]:
     size = config.image_size
     stats = run_statistics(config, data)  # --normalize: ImageNet's or the training split's own
     norm = {"mean": stats["mean"], "std": stats["std"]}
@@ -131,13 +171,14 @@ def _datasets(config: RunSettings, data: ImageData) -> tuple[Dataset, Dataset, o
         if config.augment:
             raise ValueError("--data-pipeline cache stores eval crops: add --no-augment")
         return (cached_split(data, "train", size, config.subset),
-                cached_split(data, "val", size, config.subset // 2), NormalizeCollate(**norm))
+                cached_split(data, "val", size, config.subset // 2), NormalizeCollate(**norm),
+                NormalizeCollate(**norm))
     if pipeline != "decode":
         raise ValueError(f"--data-pipeline must be one of {PIPELINES}, got {pipeline!r}")
-    from common.transforms import V2EvalPreset, V2TrainPreset  # torchvision: the decode path only
+    from common.transforms import V2EvalPreset  # torchvision: the decode path only
 
-    train_tf = (V2TrainPreset(crop_size=size, **norm) if config.augment
-                else V2EvalPreset(resize_size=size, crop_size=size, **norm))
+    # Augmented: crop and flip to uint8, the batch normalized last (NormalizeCollate).
+    train_tf = CropFlip(size) if config.augment else V2EvalPreset(resize_size=size, crop_size=size, **norm)
 
     def split(name: str, transform, count: int) -> Dataset:
         dataset = data.dataset(name, transform)
@@ -146,7 +187,7 @@ def _datasets(config: RunSettings, data: ImageData) -> tuple[Dataset, Dataset, o
 
     return (SeededAugment(split("train", train_tf, config.subset), seed=config.seed),
             split("val", V2EvalPreset(resize_size=size, crop_size=size, **norm), config.subset // 2),
-            None)
+            NormalizeCollate(**norm) if config.augment else None, None)
 
 
 def build_loaders(config: RunSettings, info: DistInfo, data: ImageData | ShapesData):
@@ -167,15 +208,16 @@ def build_loaders(config: RunSettings, info: DistInfo, data: ImageData | ShapesD
     if rest or per_rank == 0:
         raise ValueError(f"--batch-size {config.batch_size} must be a multiple of world_size "
                          f"({info.world_size}) x --grad-accum ({config.grad_accum})")
-    train_set, val_set, collate = _datasets(config, as_image_data(data))
+    train_set, val_set, collate, val_collate = _datasets(config, as_image_data(data))
     # drop_last: every optimizer step sees exactly batch_size samples, on any number of ranks.
     sampler = ResumableDistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank,
                                           shuffle=True, seed=config.seed, drop_last=True)
     common = {"num_workers": config.num_workers, "pin_memory": info.device.type == "cuda",
-              "worker_init_fn": seed_worker, "collate_fn": collate}
+              "worker_init_fn": seed_worker}
     train_loader = DataLoader(train_set, batch_size=per_rank, sampler=sampler, drop_last=True,
-                              **common)
+                              collate_fn=collate, **common)
     val_loader = DataLoader(val_set, batch_size=per_rank * config.grad_accum, **common,
+                            collate_fn=val_collate,
                             sampler=ShardSampler(len(val_set), rank=info.rank,
                                                  world_size=info.world_size))
     if len(train_loader) < config.grad_accum:
