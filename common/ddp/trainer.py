@@ -25,6 +25,7 @@ from common.ddp.config import RESUME_MAY_CHANGE, TrainConfig
 from common.ddp.data import build_loaders
 from common.ddp.hooks import AllReduceCounter, counting_allreduce_hook
 from common.ddp.launch import restart_hazard
+from common.ddp.normalization import run_statistics
 from common.ddp.optim import build_optimizer, build_scheduler, rebuild_scheduler
 from common.ddp.process_group import (
     DistInfo,
@@ -244,7 +245,8 @@ def train(config: TrainConfig, info: DistInfo) -> Run:
         print(f"warning: {restart_hazard()}", file=sys.stderr, flush=True)
     run.log.write("start", world_size=info.world_size, backend=info.backend,
                   device=str(info.device), steps_per_epoch=steps_per_epoch, config=asdict(config),
-                  layout=data.kind, classes=list(data.classes))
+                  layout=data.kind, classes=list(data.classes),
+                  normalization=run_statistics(config, data), pixels=data.pixels)
     if config.snapshot and Path(config.snapshot).exists():
         resume(run, steps_per_epoch)
     counter = AllReduceCounter()

@@ -51,6 +51,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from common.ddp.data import build_loaders
 from common.ddp.launch import restart_hazard
+from common.ddp.normalization import run_statistics
 from common.ddp.optim import build_optimizer, build_scheduler
 from common.ddp.process_group import (
     DistInfo,
@@ -253,7 +254,8 @@ def _train(config: FSDPTrainConfig, info: DistInfo, run_id: str) -> Run:
         print(f"warning: {restart_hazard()}", file=sys.stderr, flush=True)
     run.log.write("start", world_size=info.world_size, strategy=config.strategy,
                   device=str(info.device), steps_per_epoch=steps_per_epoch, config=asdict(config),
-                  run_id=run_id, layout=data.kind, classes=list(data.classes))
+                  run_id=run_id, layout=data.kind, classes=list(data.classes),
+                  normalization=run_statistics(config, data), pixels=data.pixels)
     run.resume(steps_per_epoch)
     first_step = run.position["step"]
     for epoch in range(run.position["epoch"], config.num_epochs):
