@@ -73,7 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds over the sizes")
     args = parser.parse_args()
-    torch.set_num_threads(1)  # 每个进程一个核
+    torch.set_num_threads(1)  # 每个进程一个核心
     dist.init_process_group("gloo")  # torchrun 设置的环境变量说明了谁是谁、在哪里会合
     rank, world_size = dist.get_rank(), dist.get_world_size()
     try:

@@ -34,7 +34,7 @@ def fingerprint(model: nn.Module) -> str:
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> tuple[int, int]:
     """在 ``loader`` 上的 (correct, seen)：返回计数而不是平均值，这样才能把它们加起来。"""
-    model.eval()  # BatchNorm 使用其滑动统计量
+    model.eval()  # BatchNorm 使用其滑动平均统计量
     correct, seen = 0, 0
     for images, labels in loader:
         images, labels = images.to(device), labels.to(device)
@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=8e-3, help="peak learning rate")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(1)  # 每个进程一个核：各进程共用这台机器的核
+    torch.set_num_threads(1)  # 每个进程一个核心：各进程共用这台机器的核心
     local_rank = int(os.environ["LOCAL_RANK"])  # 由 torchrun 设置，和 RANK、WORLD_SIZE 等一样
     device, why = pick_device(local_rank, int(os.environ["LOCAL_WORLD_SIZE"]))
     backend = "nccl" if device.type == "cuda" else "gloo"
