@@ -9,6 +9,8 @@
 # - Why the index lives in NumPy arrays, not Python lists (copy-on-read in worker processes).
 # - What each `DataLoader` option does, made visible: `batch_size`, `drop_last`, `shuffle`, `num_workers`, `pin_memory`, `generator`, `worker_init_fn`.
 # - When workers pay off: a loader that waits on (network) storage, against one that is busy decoding.
+#
+# > **Prerequisites:** chapter 1 · **Time:** about 25 min to read, 2 min to run on a 2-core laptop · **Main path:** every section; the one titled "Going further" (what the hardened dataset refuses) is optional.
 
 # %% [markdown]
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/02_1_dataset_dataloader.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/02_1_dataset_dataloader.ipynb)
@@ -65,11 +67,17 @@ from common import (
     seed_worker,
     show_images,
 )
+from common.readings import read_figure
+from common.source import show_diff, show_file
 
 generator = seed_everything(0)
 device = get_device()
 data = ensure_data()
 print("device:", describe_device(device))
+
+# %% tags=["parameters"]
+# Sizes of this chapter's runs. `make test` runs the notebook with smaller ones (tests/notebook_parameters.py).
+EPOCH_REPEATS = 3  # timed epochs per loader in the num_workers comparison, after one warm-up epoch
 
 # %% [markdown]
 # ## §2 构建高效的数据管道
@@ -109,13 +117,17 @@ def time_steps(idx: int) -> dict[str, float]:
 
 # %% [markdown]
 # A single measurement is noisy (the first call of anything also pays one-time setup), so we time 30
-# samples and take the median of each step. Where the time goes:
+# samples and take the median of each step. Where the time goes, and the machine it was measured on
+# (`read_figure` prints a measured figure with the cores and the load average: timings depend on both):
 
 # %%
 step_ms = pd.DataFrame([time_steps(i) for i in range(30)]).median().round(3)
 print(f"sample 0: {load_rgb(data.images_dir('train') / frame.file_name[0]).size} px -> (1, 3, 64, 64)")
 full_size = (step_ms["open + decode"] + step_ms["resize"]) / step_ms.sum()
-print(f"open + decode and resize (the steps that touch the full-size image): {full_size:.0%} of the time")
+read_figure("02_1/steps-ms-per-image", step_ms.sum(), unit=" ms",
+            what="one sample through the five steps (sum of the median steps)")
+read_figure("02_1/full-size-share", 100 * full_size, unit="%",
+            what="open + decode and resize, the steps that touch the full-size image")
 step_ms.to_frame("median ms")
 
 # %% [markdown]
@@ -131,7 +143,7 @@ step_ms.to_frame("median ms")
 # training, and keep memory in check. In the table above, the two steps that touch the full-size image
 # (open + decode, resize) take the share of the time printed under it; everything after works on 64x64 pixels. The model waits for
 # those steps unless the loader prepares batches in parallel (`num_workers`, below, and Chapter 3). Problems caught early are the
-# subject of the hardened dataset (its appendix), and memory the subject of copy-on-read. For scale: one epoch of
+# subject of the hardened dataset (its "Going further" section at the end), and memory the subject of copy-on-read. For scale: one epoch of
 # this small dataset decodes this many pixels.
 
 # %%
@@ -143,7 +155,7 @@ print(f"mean image {mean_pixels:,.0f} px; one epoch decodes ~{mean_pixels * len(
 # %% [markdown]
 # ## §2.2 PyTorch中的数据加载与预处理
 # ## §2.2.1 Dataset与DataLoader类 — the guide's code as written
-# The guide's example, abridged here (`...`); the next cell holds it in full. The comment in its loop says
+# The guide's example, abridged here (`...`); the file the next cell shows holds it in full. The comment in its loop says
 # "steps of model training":
 #
 # ```python
@@ -174,64 +186,38 @@ print(f"mean image {mean_pixels:,.0f} px; one epoch decodes ~{mean_pixels * len(
 #     # 进行模型训练的步骤
 # ```
 #
-# Rather than eyeball it, we let Python and a linter read it. The string below is the guide's code exactly
-# (only its two comment lines `# Define ...` / `# Initialize ...` left out); compiling it is the first check.
+# Rather than eyeball it, we let Python and a linter read it. The file `scripts/02_1/guide_2_2_1.py` (beside
+# this notebook) is the guide's code exactly, only its two comment lines `# Define ...` / `# Initialize ...`
+# left out; compiling it is the first check.
 
 # %%
-GUIDE_2_2_1 = '''\
-from torch.utils.data import Dataset, DataLoader
-import os
-import pandas as pd
-from PIL import Image
+GUIDE = Path("scripts/02_1/guide_2_2_1.py")
+show_file(GUIDE)
 
-class CustomImageDataset(Dataset):
-    def __init__(self, annotations_file, img_dir, transform=None, target_transform=None):
-        self.img_labels = pd.read_csv(annotations_file)
-        self.img_dir = img_dir
-        self.transform = transform
-        self.target_transform = target_transform
+# %% [markdown]
+# Compiling it:
 
-    def __len__(self):
-        return len(self.img_labels)
-
-    def __getitem__(self, idx):
-        img_path = os.path.join(self.img_dir, self.img_labels.iloc[idx, 0])
-        image = Image.open(img_path).convert('RGB')
-        label = self.img_labels.iloc[idx, 1]
-        if self.transform:
-            image = self.transform(image)
-        if self.target_transform:
-            label = self.target_transform(label)
-        return image, label
-
-transform = transforms.Compose([
-    transforms.Resize(256),
-    transforms.CenterCrop(224),
-    transforms.ToTensor(),
-])
-dataset = CustomImageDataset(annotations_file="labels.csv", img_dir="path/to/images", transform=transform)
-dataloader = DataLoader(dataset, batch_size=4, shuffle=True, num_workers=4)
-
-for images, labels in dataloader:
-    # 进行模型训练的步骤
-'''
+# %%
 try:
-    compile(GUIDE_2_2_1, "guide_2_2_1.py", "exec")
+    compile(GUIDE.read_text(encoding="utf-8"), GUIDE.name, "exec")
 except SyntaxError as error:
     print(f"SyntaxError, line {error.lineno}: {error.msg}")
     syntax_error = error
 assert "indented block" in syntax_error.msg
 
 # %% [markdown]
-# Python refuses to even compile it: the loop has only a comment as its body. Given a body (`pass`), the
-# linter finds the next problem: a name used but never imported.
+# Python refuses to even compile it: the loop has only a comment as its body. Given a body (`pass`, in
+# `guide_2_2_1_pass.py`; the diff shows the one line), the linter finds the next problem: a name used but
+# never imported.
 
 # %%
-workdir = Path(tempfile.mkdtemp())
-(workdir / "guide_2_2_1.py").write_text(GUIDE_2_2_1 + "    pass\n")
+GUIDE_PASS = GUIDE.with_name("guide_2_2_1_pass.py")
+show_diff(GUIDE, GUIDE_PASS)
+
+# %%
 lint = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated",
-                       "--select", "F821", "--output-format", "concise", "guide_2_2_1.py"],
-                      cwd=workdir, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+                       "--select", "F821", "--output-format", "concise", GUIDE_PASS.name],
+                      cwd=GUIDE.parent, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
 print(lint.stdout)
 assert "Undefined name `transforms`" in lint.stdout
 
@@ -243,7 +229,7 @@ assert "Undefined name `transforms`" in lint.stdout
 # | 2 | `for images, labels in dataloader:` followed only by a comment | a loop needs a body: `SyntaxError` | write the training step (Chapter 1's `train_one_epoch`), or `pass` |
 # | 3 | `Resize(256)` + `CenterCrop(224)` as *the* transform, `shuffle=True` | that is an evaluation pipeline; used for training it has no augmentation | random crops/flips for training (Chapter 2.2) |
 # | 4 | `num_workers=4` with the class defined in the script or notebook | works with `fork` (Linux's default up to Python 3.13), but the `spawn` (macOS, Windows) and `forkserver` (Linux's default from Python 3.14) start methods pickle classes by name: workers cannot find `__main__.CustomImageDataset` | define datasets, transforms and collate functions in an importable module (`common`) |
-# | 5 | no validation | a wrong path, label or corrupt file surfaces mid-epoch, inside a worker, far from its cause | validate at construction, name the CSV line (the appendix) |
+# | 5 | no validation | a wrong path, label or corrupt file surfaces mid-epoch, inside a worker, far from its cause | validate at construction, name the CSV line ("Going further", at the end) |
 #
 # With fixes 1 and 2 applied, the guide's class works as written. We keep its name distinct from the
 # hardened one in `common`.
@@ -327,7 +313,7 @@ assert children["GuideCustomImageDataset"].returncode != 0 and children["CustomI
 # Same signature and meaning as the guide's; in addition it checks every row at construction, and each
 # error names the file and the CSV line. The CSV's failure modes — missing or extra columns, paths that leave
 # the image folder, links, labels that are not classes, corrupt images, and the opt-in skip policy — are in
-# the appendix at the end of this chapter.
+# the "Going further" section at the end of this chapter.
 
 # %% [markdown]
 # ## §2.2.1 Dataset与DataLoader类 — index storage and copy-on-read
@@ -391,12 +377,12 @@ assert epoch1 != epoch2
 #   as reading a small file from a cluster's network storage does (NFS: a millisecond or more, an object
 #   store: tens of milliseconds). During the wait the CPU is idle.
 #
-# `epoch_s` times whole epochs: the median of 3 after a warm-up epoch, in wall-clock seconds and in the main
-# process's own CPU seconds. `persistent_workers=True` keeps the workers alive between epochs, so starting
+# `epoch_s` times whole epochs: the median of `EPOCH_REPEATS` (the parameters cell: 3) after a warm-up epoch, in
+# wall-clock seconds and in the main process's own CPU seconds. `persistent_workers=True` keeps the workers alive between epochs, so starting
 # them is left out (Chapter 3.1 measures what it costs).
 
 # %%
-def epoch_s(loader: DataLoader, repeats: int = 3) -> tuple[float, float]:
+def epoch_s(loader: DataLoader, repeats: int = EPOCH_REPEATS) -> tuple[float, float]:
     """Median (wall, main-process CPU) seconds of one epoch, after one warm-up epoch."""
     times = []
     for _ in range(repeats + 1):
@@ -432,30 +418,52 @@ speeds["speedup"] = speeds["images_per_s"] / speeds.groupby("workload")["images_
 speeds.round(2)
 
 # %% [markdown]
-# As a chart, and what it says, printed from the numbers:
+# As a chart, and the speed-ups as readings. The storage-bound loader promises at least 1.5× with 4 workers
+# on any machine (the 20 ms waits overlap whatever the cores); the decode-bound one promises nothing on a
+# small machine, for the reason the next cell works out.
 
 # %%
-fig = speeds["speedup"].unstack("num_workers").plot.bar(
-    rot=0, figsize=(6, 2.8), ylabel="x num_workers=0", title="speed-up from workers").figure
 up = speeds["speedup"]
-print(f"storage-bound: {up['storage-bound', 2]:.1f}x with 2 workers, {up['storage-bound', 4]:.1f}x with 4")
-print(f"decode-bound:  {up['decode-bound', 2]:.1f}x with 2 workers, {up['decode-bound', 4]:.1f}x with 4 "
-      f"(on {os.cpu_count()} CPU cores)")
-assert up["storage-bound", 4] > 1.5  # the waits overlap whatever the cores (20 ms sleep vs ~1 ms decode)
+read_figure("02_1/storage-workers-2", up["storage-bound", 2], unit="×",
+            what="2 workers against num_workers=0, reads waiting 20 ms on storage")
+read_figure("02_1/storage-workers-4", up["storage-bound", 4], unit="×",
+            what="4 workers against num_workers=0, reads waiting 20 ms on storage", expect=(">=", 1.5))
+read_figure("02_1/decode-workers-2", up["decode-bound", 2], unit="×",
+            what="2 workers against num_workers=0, decoding on the local disk")
+read_figure("02_1/decode-workers-4", up["decode-bound", 4], unit="×",
+            what="4 workers against num_workers=0, decoding on the local disk")
+fig = up.unstack("num_workers").plot.bar(
+    rot=0, figsize=(6, 2.8), ylabel="x num_workers=0", title="speed-up from workers").figure
 
 # %% [markdown]
-# Why they differ, from the same numbers. A worker waiting on storage uses no CPU, so N workers keep N reads in
-# flight even on few cores: the speed-up tends to N until the decoding left over fills the cores. A
-# decode-bound worker needs a core of its own, and the workers share the cores with the main process, which
-# receives every batch (its CPU share is in the table). So the workers can use at most `cores - main share`
-# cores: that is the ceiling on the speed-up, printed for this machine. Any gap below the ceiling is other
-# work on the same cores (the load average is printed). Where there are more cores than workers (a training
-# node has 8–64), the ceiling is the number of workers.
+# Why they differ, from the same numbers. First, what one image costs the decode-bound loader with
+# `num_workers=0`, in two clocks. Its *wall-clock* time per image comes from whole epochs, so it includes any
+# time the process spent waiting for a core that other programs held; its *CPU* time per image (wall time ×
+# the main process's CPU share in the table) is the decoding work itself. The CPU figure is the one to set
+# beside the stage timer's sum above, which measured about the same work (each adds its own small per-sample
+# costs): medians of short steps mostly fall between such waits. On a quiet machine the three are close (the
+# CPU share is then near 100 %); on a busy one the wall-clock figure is the larger, by the factor the CPU
+# share shows.
 
 # %%
-decode_ms = 1e3 / speeds.loc[("decode-bound", 0), "images_per_s"]
-wait_ms = 1e3 * workloads["storage-bound"].latency_s
-print(f"per image: {decode_ms:.1f} ms decoding (CPU) + {wait_ms:.0f} ms waiting on storage (no CPU)")
+in_process = speeds.loc[("decode-bound", 0)]
+read_figure("02_1/loader-ms-per-image", 1e3 / in_process["images_per_s"], unit=" ms",
+            what="one image through the decode-bound loader, num_workers=0, wall clock")
+read_figure("02_1/loader-cpu-ms-per-image", 1e3 * in_process["main_cpu_share"] / in_process["images_per_s"],
+            unit=" ms", what="the same image in the main process's CPU time (the work itself)")
+print(f"the stage timer's steps for one image: {step_ms.sum():.1f} ms; main process busy "
+      f"{in_process['main_cpu_share']:.0%} of the wall-clock time at num_workers=0")
+
+# %% [markdown]
+# A worker waiting on storage uses no CPU, so N workers keep N reads in flight even on few cores: the
+# speed-up tends to N until the decoding left over fills the cores. A decode-bound worker needs a core of its
+# own, and the workers share the cores with the main process, which receives every batch (its CPU share is
+# in the table). So the workers can use at most `cores - main share` cores: that is the ceiling on the
+# speed-up, printed for this machine. Any gap below the ceiling is other work on the same cores (the
+# readings above print the load average). Where there are more cores than workers (a training node has
+# 8–64), the ceiling is the number of workers.
+
+# %%
 cores = os.cpu_count()
 for num_workers in (2, 4):
     main = speeds.loc[("decode-bound", num_workers), "main_cpu_share"]
@@ -463,8 +471,7 @@ for num_workers in (2, 4):
     print(f"decode-bound, {num_workers} workers: main process {main:.0%} busy; ceiling min({num_workers}, "
           f"{cores} - {main:.2f}) = {ceiling:.1f}x, measured {up['decode-bound', num_workers]:.1f}x")
 print(f"this machine: {cores} cores,", "fewer than 4 workers + the main process need: decoding cannot spread"
-      " further" if cores < 5 else "enough for 4 workers + the main process",
-      f"| load average {os.getloadavg()[0]:.1f} over the last minute (these workers included)")
+      " further" if cores < 5 else "enough for 4 workers + the main process")
 
 # %% [markdown]
 # `pin_memory=True` makes the loader return batches in page-locked host memory, from which a CUDA copy can
@@ -506,11 +513,12 @@ assert torch.equal(a, b) and not torch.equal(a, c)
 fig = show_images(list(a), [CLASSES[t] for t in la], ncols=8, suptitle="first shuffled batch (seed 1)")
 
 # %% [markdown]
-# ## Appendix: what `common.CustomImageDataset` refuses
+# ## Going further: what `common.CustomImageDataset` refuses
 # Each kind of bad input, built on purpose, and the error it gets. First a scratch folder: two good images, a
 # file that is not a JPEG, and a symbolic link to a file outside the folder.
 
 # %%
+workdir = Path(tempfile.mkdtemp())
 scratch = workdir / "images"
 scratch.mkdir()
 for i in range(2):
@@ -587,6 +595,12 @@ skipping.skipped.assign(reason=skipping.skipped.reason.str.replace(str(workdir),
 # - Index data lives in NumPy arrays so that forked workers do not copy it on read.
 # - Workers pay off most when reads wait on storage (`SlowStorage`: the waits overlap, even on 2 cores); for decoding each worker needs a spare core besides the main process's.
 # - `generator` + `worker_init_fn=seed_worker` make a loader's batches reproducible; anything a worker needs lives in `common`.
+#
+# ## Further reading
+# - [`torch.utils.data`](https://pytorch.org/docs/stable/data.html): every `DataLoader` option used here, map-style and iterable datasets, multi-process loading and its start methods, memory pinning.
+# - [Datasets & DataLoaders tutorial](https://pytorch.org/tutorials/beginner/basics/data_tutorial.html): the official version of the guide's `CustomImageDataset`, with a loader and a first look at batches.
+# - [Reproducibility notes](https://pytorch.org/docs/stable/notes/randomness.html#dataloader): seeding workers with `worker_init_fn` and a `generator`, as `seed_worker` does.
+# - [Performance tuning guide](https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html): asynchronous loading with `num_workers`, `pin_memory` and other first things to try (Chapter 3.1 measures them).
 #
 # ## Exercises
 # 1. Add a row with label `07` to a copy of `labels.csv`. Does it load? Should it? Change `num_classes` and try again.
