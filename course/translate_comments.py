@@ -87,9 +87,10 @@ def _line_comments(code: str, everything: bool = False) -> list[Comment]:
 
 
 def shown_file(text: str) -> int | None:
-    """Where the file starts in an output of ``show_file`` (after its ``# path`` title line), else None."""
+    """Where the file starts in an output of ``show_file`` (after its title line, ``# scripts/04_1/x.py``
+    in text, the bare path in HTML), else None."""
     title, _, body = text.partition("\n")
-    if title.startswith("# ") and " -> " not in title and not body.startswith("--- "):
+    if title.removeprefix("# ").endswith(".py") and " -> " not in title and not body.startswith("--- "):
         return len(title) + 1
     return None
 
@@ -254,4 +255,5 @@ def strip_html(html: str) -> str:
     """An HTML output as its text (tags dropped, entities decoded) without its diff comments."""
     import html as html_module
 
-    return strip_output(html_module.unescape(re.sub(r"<[^>]+>", "", html)))
+    caption_apart = html.replace("</div>", "</div>\n", 1)  # Code's caption: the title line of its text
+    return strip_output(html_module.unescape(re.sub(r"<[^>]+>", "", caption_apart)))
