@@ -4,13 +4,17 @@
 # 数据管道的概念与重要性 once more: a faster training step makes the data pipeline the bottleneck again.
 # [Glossary / 术语表](../GLOSSARY.md)
 # ## What you will learn
-# - Where `torch.compile` pays on a CPU (a chain of pointwise ops fused into one loop) and where it does
-#   not (time already in oneDNN/MKL kernels): compile time vs call time, and what a C++ compiler is needed for
-# - Graph breaks, shown with `torch._dynamo.explain`
-# - Why a faster step raises the data-wait fraction (Chapter 3's `DataWaitMeter`, before and after)
+# - `torch.compile`, called in this notebook: what its first call costs (cold, and with a warm cache) and
+#   what later calls gain, on a chain of pointwise ops (fused into one loop) and on two small models
+# - Where a model's gain really comes from, measured: time by layer type in both memory layouts, eager
+#   and compiled
+# - Graph breaks, shown with `torch._dynamo.explain` and with `TORCH_LOGS="graph_breaks"`
+# - The compiled model in a training loop: its data-wait fraction measured against the eager one's
 # - `torchdata`'s `StatefulDataLoader`: a mid-epoch `state_dict()` with workers, compared with the
 #   position bookkeeping `common.ddp.train` does by hand, and stored in a DCP checkpoint (as
 #   `common.fsdp.train` does)
+#
+# > **Prerequisites:** chapters 3.1 and 6.2 · **Time:** about 20 min to read, 3 min to run on a 2-core laptop · **Main path:** every section; the one titled "Going further" (graph breaks in the logs) is optional.
 
 # %% [markdown]
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/06_3_compile_and_resumable_loaders.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/06_3_compile_and_resumable_loaders.ipynb)
@@ -37,7 +41,14 @@ else:
 
 # %%
 import logging
+import math
+import os
+import re
 import shutil
+import subprocess
+import sys
+import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -45,25 +56,27 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 from torch import nn
+from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
 from torch.utils.data import DataLoader, TensorDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from common import CustomImageDataset, SmallCNN, ensure_data, get_device, seed_everything
 from common.compilation import (
     chain_inputs,
+    compare_ms,
     cpp_compiler,
-    eager_vs_compiled,
-    median_ms,
     pointwise_chain,
     time_by_layer_type,
 )
 from common.ddp.samplers import ResumableDistributedSampler
 from common.fast.profiling import DataWaitMeter
 from common.fsdp.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from common.readings import read_figure
+from common.source import show_file
 from common.transforms import V2EvalPreset
 
 # Quiet, on purpose: torchdata 0.11 calls a deprecated torch API on every iterator, and Dynamo
-# logs each graph break as a warning; the graph breaks are shown below with `explain` instead.
+# logs each graph break as a warning; the graph breaks are shown below on purpose instead.
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
 torch._logging.set_logs(dynamo=logging.ERROR, inductor=logging.ERROR)
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
@@ -74,6 +87,11 @@ RUNS = Path("../runs/06_3")
 shutil.rmtree(RUNS, ignore_errors=True)
 print("device:", device, "| runs in", RUNS)
 
+# %% tags=["parameters"]
+# Sizes of this chapter's runs. `make test` runs the notebook with smaller ones (tests/notebook_parameters.py).
+REPEATS = 15  # timed calls of each function in every eager/compiled comparison
+TRAIN_STEPS = 20  # training steps of each model in the data-wait measurement
+
 # %% [markdown]
 # ## Compile time vs step time
 # `torch.compile(model)` traces the Python code into graphs (TorchDynamo), derives a backward graph when
@@ -83,8 +101,9 @@ print("device:", device, "| runs in", RUNS)
 
 # %%
 compiler = cpp_compiler()
-print("C++ compiler for Inductor:",
-      Path(compiler).name if compiler else "none found: every compiled timing below is skipped")
+if compiler is None:
+    raise RuntimeError("no C++ compiler found (g++, clang++ or $CXX): install one, then run this notebook again")
+print("C++ compiler for Inductor:", Path(compiler).name)
 
 # %% [markdown]
 # ### Where compilation pays: a chain of pointwise ops
@@ -92,21 +111,59 @@ print("C++ compiler for Inductor:",
 # whole new tensor back. `pointwise_chain` (in `common/compilation.py`) normalizes a batch of activations
 # per channel, scales and shifts it, applies SiLU and halves the result: six operations, so six passes
 # over the tensor. They are cheap arithmetic, so the time goes into moving memory. Inductor *fuses* the
-# six into one loop: each element is read once, computed in registers, and written once. The compile
-# time is reported apart from the per-call times, which are medians of alternating eager and compiled
-# calls:
+# six into one loop: each element is read once, computed in registers, and written once.
+#
+# `torch.compile` returns at once: it compiles at the first call, for the shapes it sees. The cell
+# compiles the chain, checks that both versions compute the same, and times them with `compare_ms`:
+# the median of `REPEATS` calls of each, taken in turns, so that other work on the machine slows both alike.
 
 # %%
 chain_args = chain_inputs(batch=32, channels=64, size=32)
-if compiler:
-    chain, eager_out, compiled_out = eager_vs_compiled(pointwise_chain, *chain_args)
-    torch.testing.assert_close(compiled_out, eager_out)
-    assert chain.speedup > 1.5, "one fused loop should beat six passes over memory"
-    print(f"{chain_args[0].numel() * 4 / 1e6:.0f} MB of activations: eager {chain.eager_ms:.1f} ms "
-          f"(six passes), compiled {chain.compiled_ms:.1f} ms (one loop): {chain.speedup:.1f}x faster, "
-          f"after {chain.first_call_s:.1f} s of compiling")
-else:
-    print("skipped: no C++ compiler, so Inductor cannot build CPU kernels here")
+compiled_chain = torch.compile(pointwise_chain)  # nothing is compiled yet
+with torch.no_grad():
+    torch.testing.assert_close(compiled_chain(*chain_args), pointwise_chain(*chain_args))  # compiles here
+chain_ms = compare_ms({"eager": pointwise_chain, "compiled": compiled_chain}, *chain_args, repeats=REPEATS)
+print(f"{chain_args[0].numel() * 4 / 1e6:.0f} MB of activations: eager {chain_ms['eager']:.1f} ms "
+      f"(six passes), compiled {chain_ms['compiled']:.1f} ms (one loop)")
+chain_speedup = read_figure("06_3/chain-compiled-vs-eager", chain_ms["eager"] / chain_ms["compiled"],
+                            unit="×", what="the pointwise chain, compiled against eager",
+                            expect=(">=", 1.5))
+
+# %% [markdown]
+# ### The first call: cold and warm
+# Inductor keeps what it built in a cache on disk (under the system's temporary folder unless
+# `TORCHINDUCTOR_CACHE_DIR` says otherwise), so the cost of a first call depends on what an earlier run
+# left there. The cell times it both ways: `torch._dynamo.reset()` makes this process forget every
+# graph it compiled; the first `first_call_s` then runs in an empty cache of its own (cold: trace,
+# generate the C++, build it), the second in the same cache (warm: traced again, the built kernel
+# loaded from the cache):
+
+# %%
+def first_call_s(fn, *args) -> float:
+    """Seconds of the first call of a fresh `torch.compile(fn)`."""
+    torch._dynamo.reset()  # forget the graphs compiled so far in this process
+    compiled = torch.compile(fn)
+    start = time.perf_counter()
+    with torch.no_grad():
+        compiled(*args)
+    return time.perf_counter() - start
+
+
+with tempfile.TemporaryDirectory() as cache, temporary_cache_dir(cache):
+    cold = first_call_s(pointwise_chain, *chain_args)  # an empty cache: everything is built
+    warm = first_call_s(pointwise_chain, *chain_args)  # the same cache: the kernel is found there
+read_figure("06_3/chain-first-call-cold", cold, unit=" s",
+            what="the chain's first compiled call, empty Inductor cache")
+read_figure("06_3/chain-first-call-warm", warm, unit=" s",
+            what="the chain's first compiled call, its kernel already in the cache")
+print(f"every later call: {chain_ms['compiled']:.1f} ms; the cold first call is worth "
+      f"{cold * 1e3 / (chain_ms['eager'] - chain_ms['compiled']):,.0f} calls' savings")
+
+# %% [markdown]
+# A cold first call costs seconds, most of it the C++ build; a warm one, a fraction of a second of
+# tracing. A fresh Python process also pays once for importing the compiler's own modules, which this
+# kernel did in the first compiled call above. Either way compiling pays off only over many calls,
+# which a training run has.
 
 # %% [markdown]
 # ### Two small models
@@ -114,86 +171,125 @@ else:
 # get. Two, on one batch of 64 images at 32 px, forward only (inference; a training step adds a
 # backward graph and compiles about twice as long): a small MLP, whose work is two matrix products, and
 # the course's `SmallCNN` (in eval mode), three convolutions each followed by BatchNorm, ReLU and
-# max-pooling. Both are compiled and timed as the chain was:
+# max-pooling:
 
 # %%
-def make_model() -> nn.Module:
+def make_mlp() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 256), nn.ReLU(), nn.Linear(256, 6))
 
 
-def train_step(model, optimizer, images, labels) -> float:
-    optimizer.zero_grad(set_to_none=True)
-    loss = nn.functional.cross_entropy(model(images), labels)
-    loss.backward()
-    optimizer.step()
-    return loss.item()
-
-
-model, cnn = make_model(), SmallCNN(len(data.classes)).eval()
+mlp, cnn = make_mlp().eval(), SmallCNN(len(data.classes)).eval()
 images = torch.randn(64, 3, 32, 32)
-cases = {"pointwise chain": chain} if compiler else {}
-for name, net in (("MLP", model), ("SmallCNN", cnn)) if compiler else ():
-    cases[name], eager_out, compiled_out = eager_vs_compiled(net, images)
-    torch.testing.assert_close(compiled_out, eager_out, rtol=1e-4, atol=1e-5)
-timings = pd.DataFrame({name: {"first call (s)": t.first_call_s, "eager (ms)": t.eager_ms,
-                               "compiled (ms)": t.compiled_ms, "speed-up": t.speedup}
-                        for name, t in cases.items()}).T
-timings.round(3)
+compiled_mlp, compiled_cnn = torch.compile(mlp), torch.compile(cnn)
+with torch.no_grad():
+    for eager, compiled in ((mlp, compiled_mlp), (cnn, compiled_cnn)):
+        torch.testing.assert_close(compiled(images), eager(images), rtol=1e-4, atol=1e-5)
+mlp_ms = compare_ms({"eager": mlp, "compiled": compiled_mlp}, images, repeats=REPEATS)
+cnn_ms = compare_ms({"eager": cnn, "compiled": compiled_cnn}, images, repeats=REPEATS)
+read_figure("06_3/mlp-compiled-vs-eager", mlp_ms["eager"] / mlp_ms["compiled"], unit="×",
+            what="the MLP, compiled against eager")
+read_figure("06_3/cnn-compiled-vs-eager", cnn_ms["eager"] / cnn_ms["compiled"], unit="×",
+            what="SmallCNN, compiled against eager", expect=(">=", 1.5))
+pd.DataFrame({"MLP": mlp_ms, "SmallCNN": cnn_ms}).T.add_suffix(" (ms)").round(2)
 
 # %% [markdown]
-# Why the speed-ups differ: where does each model's eager forward pass spend its time?
-# `time_by_layer_type` times every layer with forward hooks and sums by kind. The compiled code calls
-# the same oneDNN/MKL kernels for matrix products and convolutions that eager mode does; what it can
-# change is everything around them — and, for convolutions, the memory layout it hands them:
+# Why do the two differ? Where does each eager forward pass spend its time? `time_by_layer_type` times
+# every layer with forward hooks and sums by kind. The compiled code calls the same oneDNN/MKL kernels
+# for matrix products and convolutions that eager mode does; what it can change is everything around
+# them:
 
 # %%
-shares = pd.DataFrame({"MLP": time_by_layer_type(model, images),
+shares = pd.DataFrame({"MLP": time_by_layer_type(mlp, images),
                        "SmallCNN": time_by_layer_type(cnn, images)}).fillna(0.0)
-gemm, conv = shares.loc["Linear", "MLP"], shares.loc["Conv2d", "SmallCNN"]
-assert gemm > 0.5, "the MLP's forward pass is mostly its two matrix products"
+gemm = shares.loc["Linear", "MLP"]
+print(f"MLP: {gemm:.0%} of its eager time in Linear (the matrix products): removing all the rest "
+      f"would make it at most {1 / gemm:.2f}× faster (Amdahl's law)")
 shares.round(3)
-
-# %% [markdown]
-# The verdicts, from these numbers. Removing all the time outside the library kernels would give at most
-# `1 / share` (Amdahl's law); a speed-up beyond that means the kernels themselves ran faster. For
-# convolutions that can happen: on a CPU with oneDNN (the default), Inductor hands the convolutions the
-# channels-last layout (`decide_layout_opt` in `torch/_inductor/graph.py`). Eager mode can do that too — the last line
-# times an eager SmallCNN converted with `.to(memory_format=torch.channels_last)`:
-
-# %%
-cnn_last = SmallCNN(len(data.classes)).eval().to(memory_format=torch.channels_last)
-cnn_last.load_state_dict(cnn.state_dict())
-last_ms = median_ms(cnn_last, images.contiguous(memory_format=torch.channels_last))
-print(f"MLP: {gemm:.0%} of eager time in Linear (matrix products): compiling can win at most "
-      f"{1 / gemm:.2f}x" + (f"; measured {cases['MLP'].speedup:.2f}x" if compiler else ""))
-print(f"SmallCNN: {conv:.0%} in Conv2d, {1 - conv:.0%} around it (BatchNorm, pooling, ReLU): at most "
-      f"{1 / conv:.1f}x from fusing alone" + (f"; measured {cases['SmallCNN'].speedup:.1f}x" if compiler else ""))
-eager_ms = cases["SmallCNN"].eager_ms if compiler else median_ms(cnn, images)
-print(f"SmallCNN, eager in channels-last: {last_ms:.1f} ms vs {eager_ms:.1f} ms: "
-      f"{eager_ms / last_ms:.1f}x without compiling")
 
 # %% [markdown]
 # So the MLP is the case where compiling does not help: its time is the two matrix products, which run
 # the same kernel either way, and there is one small ReLU to fuse — while every compiled call adds its
-# own overhead (guard checks on the inputs), so at this size it can even be slower. SmallCNN can gain
-# (its measured speed-up is above), for two reasons the lines above separate: its eager pass spends much of its time *around* the
-# convolutions — BatchNorm, ReLU and max-pooling, each a full pass over the activations — which Inductor
-# fuses, as in the pointwise chain; and its convolutions run faster in the channels-last layout, which
-# eager mode gets with one `.to(memory_format=...)`. Either way the first call costs seconds of
-# compiling (a cache under `/tmp` makes the next run of this notebook faster), which pays off only over
-# many calls. With DDP, `torch.compile(ddp_model)` splits the graph at the gradient buckets so the
-# all-reduces still overlap; with FSDP2, compile the model after `fully_shard`
-# (`common.fsdp.train --compile` does either).
+# own overhead (guard checks on the inputs), so at this size it can even be slower.
+#
+# SmallCNN is different: a good part of its eager time is *not* in the convolutions but in BatchNorm,
+# ReLU and max-pooling (the table; on a quiet machine `MaxPool2d` alone takes about half of it). Part of
+# what the compiled model does differently is the memory layout: on a CPU with
+# oneDNN, Inductor hands the convolutions the channels-last layout (`decide_layout_opt` in
+# `torch/_inductor/graph.py`), so every layer after them works on channels-last tensors too. Eager mode
+# can do that with one line, `.to(memory_format=torch.channels_last)`. To tell the layout from the
+# fusion, the same weights in both layouts, each eager and compiled:
+
+# %%
+cnn_last = SmallCNN(len(data.classes)).eval().to(memory_format=torch.channels_last)
+cnn_last.load_state_dict(cnn.state_dict())
+images_last = images.contiguous(memory_format=torch.channels_last)
+compiled_last = torch.compile(cnn_last)
+with torch.no_grad():
+    torch.testing.assert_close(compiled_last(images_last), cnn(images), rtol=1e-4, atol=1e-5)
+variants = compare_ms({"eager, NCHW": lambda: cnn(images),
+                       "eager, channels-last": lambda: cnn_last(images_last),
+                       "compiled, NCHW": lambda: compiled_cnn(images),
+                       "compiled, channels-last": lambda: compiled_last(images_last)}, repeats=REPEATS)
+layouts = pd.DataFrame({"NCHW": time_by_layer_type(cnn, images),
+                        "channels-last": time_by_layer_type(cnn_last, images_last)}).fillna(0.0)
+print("ms per forward pass:", {name: round(ms, 2) for name, ms in variants.items()})
+layouts.round(3).rename(columns=lambda layout: f"share of eager time, {layout}")
+
+# %%
+fig, ax = plt.subplots(figsize=(6, 2.4))
+ax.barh(list(variants)[::-1], list(variants.values())[::-1],
+        color=["tab:orange", "tab:orange", "tab:blue", "tab:blue"])
+ax.set_xlabel("ms per forward pass (64 images, 32 px)")
+ax.set_title("SmallCNN: eager (blue) and compiled (orange), in both layouts")
+fig.tight_layout()
+
+# %% [markdown]
+# The attribution, from these numbers: the layout change alone (eager, nothing compiled), then what
+# compiling adds on top of it (channels-last eager against channels-last compiled), and the share of
+# eager time that `MaxPool2d` takes in each layout:
+
+# %%
+base = variants["eager, NCHW"]
+layout_gain = read_figure("06_3/cnn-channels-last-eager", base / variants["eager, channels-last"], unit="×",
+                          what="SmallCNN eager in channels-last against eager NCHW, nothing compiled")
+fusion_gain = read_figure("06_3/cnn-compiled-over-channels-last",
+                          variants["eager, channels-last"] / variants["compiled, channels-last"], unit="×",
+                          what="the channels-last SmallCNN compiled, against it eager")
+print(f"MaxPool2d: {layouts.loc['MaxPool2d', 'NCHW']:.0%} of the eager NCHW pass, "
+      f"{layouts.loc['MaxPool2d', 'channels-last']:.0%} of the eager channels-last one; "
+      f"BatchNorm2d + ReLU: {layouts.loc[['BatchNorm2d', 'ReLU'], 'channels-last'].sum():.0%} of it")
+total = base / variants["compiled, channels-last"]
+layout_part = math.log(layout_gain.value) / math.log(total) if total > 1 and layout_gain.value > 1 else 0.0
+verdict = ("most of it is the layout" if layout_part > 0.6 else "most of it is the compiler" if layout_part < 0.4
+           else "the layout and the compiler share it about evenly")
+print(f"of the total {total:.1f}× (NCHW eager to channels-last compiled), the layout alone gives "
+      f"{layout_gain.value:.1f}× and compiling then {fusion_gain.value:.1f}×: {verdict} "
+      f"({layout_part:.0%} of the gain on a log scale is the layout's)")
+
+# %% [markdown]
+# Two mechanisms stack here, and the figures above separate them. The layout: PyTorch's CPU kernels for
+# max-pooling and BatchNorm run much faster on channels-last tensors, so `MaxPool2d`'s share of the pass
+# falls when the layout changes (the line above) — a gain that needs no compiler, and one that the
+# compiled NCHW model gets too, because Inductor switches the layout itself. The fusion: compiling the
+# channels-last model folds BatchNorm and ReLU into the loops around the convolutions and removes passes
+# over memory between layers (the second figure). The last line says how this run splits the total
+# between the two; the more of it the layout takes, the more a one-line change gets of what the compiler
+# would. So before compiling a model, find out where its eager time goes.
+#
+# With DDP, `torch.compile(ddp_model)` splits the graph at the gradient buckets so that the all-reduces
+# still overlap; with FSDP2, compile the model after `fully_shard` (`common.fsdp.train --compile` does
+# either).
 
 # %% [markdown]
 # ## Graph breaks, made visible
 # Dynamo captures what it can and falls back to Python for the rest: each fallback is a *graph break*,
-# splitting one graph into several. A data-dependent Python `if` on a tensor value is a classic:
+# splitting one graph into several. A data-dependent Python `if` on a tensor value is a classic.
+# `torch._dynamo.explain` runs a function under Dynamo and reports the graphs and the reason of each break:
 
 # %%
 def step_with_branch(x: torch.Tensor) -> torch.Tensor:
-    y = model(x)
+    y = mlp(x)
     if y.sum().item() > 0:  # Python needs the value now: the graph breaks here
         y = y * 2
     return y.relu()
@@ -205,44 +301,98 @@ print(f"graphs: {explanation.graph_count}, graph breaks: {explanation.graph_brea
 print("first reason:", explanation.break_reasons[0].reason.splitlines()[0])
 
 # %% [markdown]
+# ## Going further: graph breaks in the logs
+# In a real training script one does not call `explain`; one runs the script with the environment
+# variable `TORCH_LOGS="graph_breaks"`, and Dynamo logs each break where it happens, with the line of
+# user code. The same branch, as a script of its own, `scripts/06_3/graph_break.py`:
+
+# %%
+graph_break_script = Path("scripts/06_3/graph_break.py")
+show_file(graph_break_script)
+
+# %% [markdown]
+# Run as `TORCH_LOGS="graph_breaks" python scripts/06_3/graph_break.py`, in a process of its own. The
+# cell prints the log records of the break, each without its prefix of time and process id:
+
+# %%
+logged = subprocess.run([sys.executable, str(graph_break_script)], capture_output=True, text=True,
+                        env={**os.environ, "TORCH_LOGS": "graph_breaks"}, timeout=600, check=True)
+records = [re.sub(r"^\S+ [\d:.]+ \d+ \S+\] \[[^\]]*\] \[__graph_breaks\] ?", "", line)
+           for line in logged.stderr.splitlines() if "[__graph_breaks]" in line]
+records = [re.sub(r"(/\S+?\.py)", lambda m: os.path.relpath(m[1]), line) for line in records]
+assert any(line.startswith("Graph break in user code") for line in records)
+print("\n".join(records[:records.index("User code traceback:")] if "User code traceback:" in records else records))
+
+# %% [markdown]
+# The log names the file and line, the reason (`Tensor.item()`: Python needs the value) and a hint. Where
+# a break sits inside a training step, each break is a return to Python and a graph boundary that no
+# fusion crosses; replacing the `if` with `torch.where` (Exercise 1) removes it.
+
+# %% [markdown]
 # ## A faster step makes the loader the bottleneck again
 # Chapter 3's `DataWaitMeter` measures the share of each iteration spent waiting for the next batch.
-# The guide's pipeline (decode a JPEG, transform, in the training process) feeds the MLP's training
-# step. From the measured wait `w` and compute `c` per step, the data-wait fraction is `w / (w + c)`;
-# a step made `k` times faster (by compilation, a GPU, ...) moves it to `w / (w + c / k)`:
+# The guide's pipeline (decode a JPEG, transform, in the training process) feeds `SmallCNN`'s training
+# step, `TRAIN_STEPS` steps, once eager and once compiled (the same loader, the same start weights; the
+# compiled model's first step, which compiles the forward and the backward, is left out of the
+# fraction as every first batch is):
 
 # %%
 dataset = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"),
                              V2EvalPreset(resize_size=32, crop_size=32), num_classes=len(data.classes))
-loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=0)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-meter = DataWaitMeter()
-for batch_index, (batch_images, batch_labels) in enumerate(meter.wrap(loader)):
-    train_step(model, optimizer, batch_images, batch_labels)
-    if batch_index == 5:
-        break
-counted = slice(1, len(meter.steps))  # what DataWaitMeter counts: not the first batch, not the unfinished last
-waits = meter.waits[counted]
-wait = sum(waits) / len(waits)
-compute = sum(step - w for step, w in zip(meter.steps[counted], waits, strict=True)) / len(waits)
-fractions = pd.Series({f"step {k}x faster": wait / (wait + compute / k) for k in (1, 2, 4, 10)},
-                      name="data-wait fraction")
-assert 0 < meter.fraction < 1 and fractions.is_monotonic_increasing
-print(f"measured: wait {1e3 * wait:.0f} ms, compute {1e3 * compute:.0f} ms per step; "
-      f"DataWaitMeter says {meter.fraction:.2f}")
-fractions.round(3)
+
+
+def train_step(model, optimizer, images, labels) -> float:
+    optimizer.zero_grad(set_to_none=True)
+    loss = nn.functional.cross_entropy(model(images), labels)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def measure_data_wait(model: nn.Module, steps: int) -> DataWaitMeter:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=0, drop_last=True,
+                        generator=torch.Generator().manual_seed(0))
+    meter = DataWaitMeter()
+    for batch_index, (batch_images, batch_labels) in enumerate(meter.wrap(loader)):
+        train_step(model, optimizer, batch_images, batch_labels)
+        if batch_index == steps:
+            break
+    return meter
+
+
+torch.manual_seed(0)
+eager_model, twin = SmallCNN(len(data.classes)), SmallCNN(len(data.classes))
+twin.load_state_dict(eager_model.state_dict())  # the same start weights
+compiled_model = torch.compile(twin)
+meters = {"eager": measure_data_wait(eager_model, TRAIN_STEPS),
+          "compiled": measure_data_wait(compiled_model, TRAIN_STEPS)}
+per_step = pd.DataFrame({name: {"waiting for data (ms)": 1e3 * m.wait_s / len(m.steps[1:]),
+                                "computing (ms)": 1e3 * (m.total_s - m.wait_s) / len(m.steps[1:]),
+                                "data-wait fraction": m.fraction} for name, m in meters.items()}).T
+read_figure("06_3/train-step-compiled-vs-eager",
+            per_step.loc["eager", "computing (ms)"] / per_step.loc["compiled", "computing (ms)"], unit="×",
+            what="SmallCNN's training step (forward, backward, SGD) compiled against eager")
+for name in meters:
+    read_figure(f"06_3/data-wait-{name}", 100 * per_step.loc[name, "data-wait fraction"], unit="%",
+                what=f"data-wait fraction of the {name} training loop, the guide's pipeline feeding it")
+per_step.round(3)
 
 # %%
-fig, ax = plt.subplots(figsize=(5, 2.5))
-ax.bar(fractions.index, fractions.values, color="tab:orange")
-ax.set_ylim(0, 1)
-ax.set_ylabel("data-wait fraction")
+fig, ax = plt.subplots(figsize=(7, 2.2))
+ax.barh(per_step.index, per_step["waiting for data (ms)"], color="tab:orange", label="waiting for data")
+ax.barh(per_step.index, per_step["computing (ms)"], left=per_step["waiting for data (ms)"],
+        color="tab:blue", label="computing")
+ax.invert_yaxis()  # eager on top
+ax.set_xlabel("ms per training step")
+ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 fig.tight_layout()
 
 # %% [markdown]
-# With decoding in the training process the loop already waits for most of each step, and any speed-up
-# of the step raises that share further: the faster the model, the more the pipeline matters. The cure
-# is Chapter 3's: workers, a uint8 cache, batched fetches.
+# The loader's time per batch is the same in both loops (it does the same work). Where the compiled step
+# computes faster (the first figure), the loop spends a larger share of its time waiting for data: the
+# faster the model, the more the pipeline matters. The cure is Chapter 3's: workers, a uint8 cache,
+# batched fetches.
 
 # %% [markdown]
 # ## Resumable loaders: `StatefulDataLoader`
@@ -298,7 +448,7 @@ print(f"{len(full)} batches per epoch; resumed at batch 3 -> {len(full) - 3} bat
 # loader state belongs under its own key — `common.fsdp.train` stores it as `extra.loader.rank<R>`):
 
 # %%
-model = make_model()
+model = make_mlp()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 save_checkpoint(RUNS / "ckpt", 3, model=model, optimizer=optimizer, extra={"loader": state})
 template = {"loader": stateful().state_dict()}
@@ -311,33 +461,47 @@ print("restored from", latest_checkpoint(RUNS / "ckpt").name, "- continues with"
 
 # %% [markdown]
 # ## Summary
-# - `torch.compile` traces, derives the backward and generates kernels; the first call pays seconds of
-#   compilation (a C++ compiler on CPUs). Later calls are faster where there is something to fuse
-#   (chains of pointwise ops, normalization, pooling), not where the time is already in library
-#   kernels (matrix products, convolutions): measure where the eager time goes first.
-# - `torch._dynamo.explain` counts graphs and graph breaks and says why each break happened.
-# - A faster step raises the data-wait fraction: measure it, then fix the pipeline (Chapter 3).
+# - `torch.compile` traces, derives the backward and generates kernels at the first call: seconds with
+#   an empty cache (a C++ build on CPUs), a fraction of a second with a warm one. Later calls are faster
+#   where there is something to fuse (chains of pointwise ops), not where the time is already in library
+#   kernels (matrix products).
+# - Measure where the eager time goes before crediting the compiler: part of SmallCNN's gain is the
+#   channels-last layout, which eager mode gets with one line; the chapter measured how much.
+# - `torch._dynamo.explain` counts graphs and graph breaks; `TORCH_LOGS="graph_breaks"` logs each break
+#   with its line of code.
+# - A compiled, faster step raises the data-wait fraction of the same loader: measure it, then fix the
+#   pipeline (Chapter 3).
 # - `StatefulDataLoader.state_dict()` resumes mid-epoch, workers included; the hand-made alternative is
 #   a sampler that skips the consumed part of the epoch. Either way the state goes into the checkpoint.
 
 # %% [markdown]
+# ## Further reading
+# - [`torch.compile` documentation](https://pytorch.org/docs/stable/torch.compiler.html): the compiler's parts (Dynamo, AOTAutograd, Inductor), its backends and its troubleshooting pages.
+# - [Introduction to `torch.compile`](https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html): the official tutorial, with the speed-ups and graph breaks seen here on a GPU.
+# - [`torch._logging` and `TORCH_LOGS`](https://pytorch.org/docs/stable/logging.html): every log channel (`graph_breaks`, `recompiles`, `output_code`) and how to turn it on.
+# - [Channels-last memory format tutorial](https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html): what `torch.channels_last` changes and which operators benefit.
+# - [torchdata `StatefulDataLoader`](https://pytorch.org/data/beta/torchdata.stateful_dataloader.html): its `state_dict()` and `load_state_dict()`, with workers and custom samplers.
+
+# %% [markdown]
 # ## Exercises
 # 1. Replace the `if` in `step_with_branch` by `torch.where` and run `explain` again: how many graphs now?
-# 2. Compile the whole `train_step` (forward, backward, optimizer) and time it as above: how much
-#    longer does the first call take than the forward alone?
-# 3. Take a loader state after 3 batches with `num_workers=2` and load it into a loader with
+# 2. Compile the whole `train_step` (forward, backward, optimizer) and time its first call cold, as
+#    `first_call_s` does for the chain: how much longer does it take than the chain's?
+# 3. Time `SmallCNN` in channels-last with `time_by_layer_type` at 64 px instead of 32 px. Does
+#    max-pooling still dominate the NCHW pass, and does the layout still give most of the gain?
+# 4. Take a loader state after 3 batches with `num_workers=2` and load it into a loader with
 #    `num_workers=0`. Does it continue correctly?
-# 4. The graded exercises: [`exercises/ex06_fsdp_checkpoints.ipynb`](exercises/ex06_fsdp_checkpoints.ipynb).
+# 5. The graded exercises: [`exercises/ex06_fsdp_checkpoints.ipynb`](exercises/ex06_fsdp_checkpoints.ipynb).
 
 # %% [markdown]
 # ## Recall questions
 # Answer these from memory first, without running code; then check yourself against the answers in `chapters/exercises/solutions/recall_answers.md`.
 #
-# 1. What does `torch.compile` do on the first call, and what does a CPU need for it?
+# 1. What does `torch.compile` do on the first call, what does a CPU need for it, and why was the first call cold so much slower than warm?
 # 2. Why was the compiled chain of pointwise operations so much faster than eager mode?
 # 3. Compiling the small MLP did not help. Why, and which law gives the bound?
-# 4. `SmallCNN` ran about 3.7× faster compiled. Which two reasons does the chapter separate, and how did it check the second?
-# 5. What is a graph break, what causes the one in `step_with_branch`, and how do you see it?
+# 4. `SmallCNN` ran several times faster compiled. How did the chapter split that gain between the memory layout and the compiler, and which layer's share told the story?
+# 5. What is a graph break, what causes the one in `step_with_branch`, and which two ways of seeing it did the chapter show?
 # 6. Why does a faster training step raise the data-wait fraction, and what did the chapter measure?
 # 7. What does a `StatefulDataLoader`'s `state_dict()` hold, and what does it not hold?
 # 8. How does the hand-made alternative resume in the middle of an epoch, and when does `common.fsdp.train` fall back to it?

@@ -2,8 +2,9 @@
 
 ``pointwise_chain`` is the case Inductor is built for: six pointwise ops that eager PyTorch
 runs as six passes over memory (each reading and writing the whole tensor) and Inductor fuses
-into one loop. ``eager_vs_compiled`` times any function both ways (the compile time apart,
-medians of alternating calls); ``time_by_layer_type`` says where a model's eager forward pass
+into one loop. Chapter 6.3 calls ``torch.compile`` itself; these helpers only time what it
+compiles: ``compare_ms`` gives the median time per call of several functions (eager, compiled)
+in alternating rounds, and ``time_by_layer_type`` says where a model's eager forward pass
 spends its time, which is what compilation can or cannot shorten.
 """
 
@@ -15,7 +16,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -55,22 +55,6 @@ def pointwise_chain(x: torch.Tensor, mean: torch.Tensor, inv_std: torch.Tensor,
     return nn.functional.silu(y) * 0.5
 
 
-@dataclass(frozen=True)
-class CompileTiming:
-    """One function, eager and compiled: the first compiled call, then medians per call.
-
-    Introduced in chapters/06_3_compile_and_resumable_loaders.ipynb.
-    """
-
-    first_call_s: float
-    eager_ms: float
-    compiled_ms: float
-
-    @property
-    def speedup(self) -> float:
-        return self.eager_ms / self.compiled_ms
-
-
 def _seconds(fn: Callable, args: tuple) -> float:
     start = time.perf_counter()
     fn(*args)
@@ -82,39 +66,32 @@ def median_ms(fn: Callable, *args: torch.Tensor, repeats: int = 7) -> float:
 
     Introduced in chapters/06_3_compile_and_resumable_loaders.ipynb.
     """
-    with torch.no_grad():
-        fn(*args)
-        return 1e3 * statistics.median(_seconds(fn, args) for _ in range(repeats))
+    return compare_ms({"fn": fn}, *args, repeats=repeats)["fn"]
 
 
-def eager_vs_compiled(fn: Callable, *args: torch.Tensor,
-                      repeats: int = 7) -> tuple[CompileTiming, torch.Tensor, torch.Tensor]:
-    """Time ``fn(*args)`` eager and through ``torch.compile``, without gradients.
+def compare_ms(fns: dict[str, Callable], *args: torch.Tensor, repeats: int = 7) -> dict[str, float]:
+    """Median milliseconds per call of each function on the same ``args``, without gradients.
 
-    The first compiled call (tracing, code generation, the C++ build) is timed on its own;
-    then one warm-up call each, and ``repeats`` alternating calls, so load on the machine hits
-    both alike; the medians are reported.
+    One warm-up call each (a compiled function compiles there, if it has not yet), then
+    ``repeats`` rounds that call every function once in turn, so that load on the machine
+    hits all of them alike.
 
-    Returns:
-        The timing, the eager output and the compiled output (for the caller to compare).
+    Example::
+
+        compare_ms({"eager": model, "compiled": torch.compile(model)}, images)
 
     Introduced in chapters/06_3_compile_and_resumable_loaders.ipynb.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
-    compiled = torch.compile(fn)
+    times: dict[str, list[float]] = {name: [] for name in fns}
     with torch.no_grad():
-        start = time.perf_counter()
-        compiled_out = compiled(*args)
-        first = time.perf_counter() - start
-        eager_out = fn(*args)
-        compiled(*args)
-        eager, fused = [], []
+        for fn in fns.values():
+            fn(*args)
         for _ in range(repeats):
-            eager.append(_seconds(fn, args))
-            fused.append(_seconds(compiled, args))
-    timing = CompileTiming(first, 1e3 * statistics.median(eager), 1e3 * statistics.median(fused))
-    return timing, eager_out, compiled_out
+            for name, fn in fns.items():
+                times[name].append(_seconds(fn, args))
+    return {name: 1e3 * statistics.median(seconds) for name, seconds in times.items()}
 
 
 def time_by_layer_type(model: nn.Module, images: torch.Tensor, *, repeats: int = 3) -> pd.Series:

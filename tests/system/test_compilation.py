@@ -1,4 +1,4 @@
-"""common.compilation: the pointwise chain, eager vs compiled timing, where eager time goes."""
+"""common.compilation: the pointwise chain, eager and compiled timed in turn, where eager time goes."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import torch
 from torch import nn
 
 from common.compilation import (
-    CompileTiming,
     chain_inputs,
+    compare_ms,
     cpp_compiler,
-    eager_vs_compiled,
     median_ms,
     pointwise_chain,
     time_by_layer_type,
@@ -34,18 +33,29 @@ def test_cpp_compiler_follows_cxx(monkeypatch):
     assert cpp_compiler() is not None and cpp_compiler().endswith("sh")
 
 
-def test_speedup_is_eager_over_compiled():
-    assert CompileTiming(1.0, eager_ms=6.0, compiled_ms=2.0).speedup == pytest.approx(3.0)
+def test_compare_ms_alternates_after_one_warm_up_each():
+    calls = []
+
+    def named(name: str):
+        def fn(x: torch.Tensor) -> torch.Tensor:
+            calls.append((name, torch.is_grad_enabled()))
+            return x + 1
+        return fn
+
+    medians = compare_ms({"a": named("a"), "b": named("b")}, torch.ones(2, requires_grad=True), repeats=2)
+    assert set(medians) == {"a", "b"} and all(ms > 0 for ms in medians.values())
+    assert calls == [("a", False), ("b", False)] * 3, "warm-ups, then rounds that call each in turn"
+    with pytest.raises(ValueError, match="repeats"):
+        compare_ms({"a": named("a")}, torch.ones(1), repeats=0)
 
 
 @pytest.mark.skipif(cpp_compiler() is None, reason="Inductor needs a C++ compiler on the CPU")
-def test_eager_vs_compiled_times_both_and_computes_the_same():
+def test_compare_ms_times_a_compiled_function_that_computes_the_same():
     args = chain_inputs(2, 4, 8)
-    timing, eager, compiled = eager_vs_compiled(pointwise_chain, *args, repeats=3)
-    torch.testing.assert_close(compiled, eager)
-    assert timing.first_call_s > timing.compiled_ms / 1e3 > 0 and timing.eager_ms > 0
-    with pytest.raises(ValueError, match="repeats"):
-        eager_vs_compiled(pointwise_chain, *args, repeats=0)
+    compiled = torch.compile(pointwise_chain)
+    medians = compare_ms({"eager": pointwise_chain, "compiled": compiled}, *args, repeats=3)
+    assert medians["eager"] > 0 and medians["compiled"] > 0
+    torch.testing.assert_close(compiled(*args), pointwise_chain(*args))
 
 
 def test_time_by_layer_type_shares_and_leaves_no_hooks():
