@@ -92,7 +92,7 @@ EDITIONS = {
         "reference": "参考", "notebook": "notebook", "title": "标题", "sections": "对应指南章节",
         "download": "下载", "chapters": "章节", "colon": "：",
         "GLOSSARY.md": "术语表 / Glossary", "TROUBLESHOOTING.md": "故障排查",
-        "running.md": "在各种环境中运行（英文）", "scripts.md": "各章的命令行工具（英文）",
+        "running.md": "在各种环境中运行：只有 CPU、GPU、Mac、Colab、conda", "scripts.md": "各章的命令行工具（英文）",
         "figures.md": "测量数据（英文）", "instructors.md": "给教师：布置与评分",
         "parallelism.md": "DDP 和 FSDP 处在什么位置：各种并行方式一览"}, guides=_ZH_GUIDES),
 }
