@@ -66,8 +66,8 @@ def _bubblewrap_missing(bwrap: str | None) -> str | None:  # one probe per bwrap
     if kind == "bwrap":
         return None
     why = why.split("; UNSAFE")[0]
-    return (f"{why} ({SYSTEM_DEPS}; on Ubuntu 24.04 also "
-            "`sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`)")
+    return (f"{why}; `{SYSTEM_DEPS}` installs it, and on Ubuntu 24.04 it also needs "
+            "`sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`")
 
 
 def require_bubblewrap() -> None:

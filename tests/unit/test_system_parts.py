@@ -82,5 +82,5 @@ def test_a_bwrap_that_cannot_start_is_missing_too(monkeypatch, tmp_path):
         reason = bubblewrap_missing()
     finally:
         system_parts._bubblewrap_missing.cache_clear()
-    assert reason.startswith("bwrap does not work here: bwrap: setting up uid map: Permission denied (")
+    assert reason.startswith("bwrap does not work here: bwrap: setting up uid map: Permission denied; ")
     assert "UNSAFE" not in reason
