@@ -135,7 +135,7 @@ shards: data ## Write tar shards of the dataset to data/shards/ (chapter 5)
 
 # slurm-wlm + munge: tests/system/test_slurm.py starts its own one-host cluster (its own config,
 # key and ports); the packages' system services need no setup.
-system-deps: ## Install what optional tests need: Chromium + CJK fonts, bubblewrap, Slurm + munge; Debian/Ubuntu
+system-deps: ## Install the system parts the tests need (CI fails without them): Chromium + CJK fonts, bubblewrap + uidmap, Slurm + munge; Debian/Ubuntu
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium fonts-noto-cjk bubblewrap uidmap \
 		slurm-wlm munge
