@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pickle
 import zipfile
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -157,6 +158,10 @@ def groupnorm_only(model: nn.Module, *, name: str) -> nn.Module:
 def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
     """Load the state dict saved at ``path`` into ``model``, strictly (every key, every shape).
 
+    One exception, fine-tuning: torchvision's ImageNet weights (a classifier of 1000 outputs) load
+    into a model for your K classes with every layer but the last ``nn.Linear``, which keeps its
+    fresh initialization (said in one line).
+
     Raises:
         ValueError: Naming the file, and the keys missing, unexpected or of another shape.
 
@@ -172,9 +177,10 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
                          "of tensors (what --save-final writes)")
     expected = model.state_dict()
     missing, unexpected = set(expected) - set(state), set(state) - set(expected)
+    head = _new_head(model, state, expected)
     shapes = [f"{key} is {tuple(state[key].shape)} in the file, {tuple(expected[key].shape)} here"
               for key in sorted(set(expected) & set(state))
-              if state[key].shape != expected[key].shape]
+              if state[key].shape != expected[key].shape and key not in head]
     problems = ([f"missing {_first(missing)}"] if missing else []) \
         + ([f"unexpected {_first(unexpected)}"] if unexpected else []) + shapes[:3]
     if problems:
@@ -183,8 +189,34 @@ def load_weights(model: nn.Module, path: str | os.PathLike) -> nn.Module:
                 "--norm; GroupNorm models have none)") if statistics else ""
         raise ValueError(f"--weights {path} does not fit this {type(model).__name__}: "
                          + "; ".join(problems) + hint)
+    if head:  # fine-tuning: pretrained weights (1000 ImageNet classes), a new head for yours
+        classes = expected[next(key for key in sorted(head) if key.endswith("weight"))].shape[0]
+        print(f"--weights {Path(path).name}: every layer loaded but the classifier "
+              f"{', '.join(sorted(head))}, which starts anew for {classes} classes "
+              "(fine-tuning)", flush=True)
+        state = {key: value for key, value in state.items() if key not in head}
+        state.update({key: expected[key] for key in head})
     model.load_state_dict(state)
     return model
+
+
+#: The outputs of torchvision's pretrained classifiers: a file whose head has these is
+#: fine-tuned (a new head), any other class count mismatch is refused.
+IMAGENET_CLASSES = 1000
+
+
+def _new_head(model: nn.Module, state: dict, expected: dict) -> set[str]:
+    """The keys of ``model``'s last ``nn.Linear`` when they alone differ in shape from ``state``
+    and the file's head has 1000 outputs (torchvision's ImageNet weights, a model for your K
+    classes): else empty."""
+    linears = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    if not linears:
+        return set()
+    keys = {f"{linears[-1]}.{part}" for part in ("weight", "bias")} & set(expected)
+    differ = {key for key in set(expected) & set(state) if state[key].shape != expected[key].shape}
+    weight = f"{linears[-1]}.weight"
+    imagenet = weight in state and state[weight].shape[0] == IMAGENET_CLASSES
+    return keys if imagenet and differ and differ <= keys else set()
 
 
 def _first(keys: set[str], count: int = 4) -> str:

@@ -240,3 +240,17 @@ def test_resize_and_normalize_are_the_same_on_the_decode_and_cache_paths(messy, 
     for flag, value in (("--resize", "stretch"), ("--normalize", "mine"), ("--orientation", "up")):
         with pytest.raises(SystemExit):
             parse_config(["--data", str(root), flag, value])
+
+
+def test_torchvision_imagenet_weights_fine_tune_with_a_new_head(tmp_path, capsys):
+    from common.models import create_model, load_weights
+
+    pretrained = create_model("resnet18", 1000)  # as torchvision's ImageNet weights are shaped
+    torch.save(pretrained.state_dict(), tmp_path / "resnet18.pt")
+    model = load_weights(create_model("resnet18", 3), tmp_path / "resnet18.pt")
+    assert torch.equal(model.conv1.weight, pretrained.conv1.weight)
+    assert model.fc.weight.shape == (3, 512)
+    assert "starts anew for 3 classes (fine-tuning)" in capsys.readouterr().out
+    torch.save(create_model("resnet18", 10).state_dict(), tmp_path / "ten.pt")
+    with pytest.raises(ValueError, match=r"fc.weight is \(10, 512\) in the file"):
+        load_weights(create_model("resnet18", 3), tmp_path / "ten.pt")  # not ImageNet's: refused
