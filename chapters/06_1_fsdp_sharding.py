@@ -6,14 +6,16 @@
 # [Glossary / 术语表](../GLOSSARY.md)
 # ## What you will learn
 # - What DDP replicates on every rank (parameters, gradients, AdamW state) and what ZeRO stages 1–3 shard
-# - FSDP2's `fully_shard`, written in a script in this notebook: per block and on the root, with
-#   DTensor placements and local shard shapes printed by each of 2 ranks
+# - FSDP2's `fully_shard`, in a script of this chapter (`scripts/06_1/fsdp_script.py`): per block and
+#   on the root, with DTensor placements and local shard shapes reported by each of 2 ranks
 # - That 2 FSDP ranks with a global batch `B` learn the same weights as 1 process with batch `B`
 # - A model built on the meta device, sharded, then filled by `to_empty` and `reset_parameters` or from
 #   rank 0's full state dict; gradient accumulation with `set_requires_gradient_sync`; and
 #   `clip_grad_norm_` on DTensors: all three on 2 ranks, against one process
 # - Bytes per rank measured from the local shards, and samples/s, FSDP vs DDP side by side
 # - `reshard_after_forward`, prefetching and `MixedPrecisionPolicy` — and `common.fsdp.train`, the same script grown up
+#
+# > **Prerequisites:** chapters 4.1 and 4.2 · **Time:** about 30 min to read, 2 min to run on a 2-core laptop · **Main path:** every section but those titled "Going further" (the hardening in `common`, three knobs of `fully_shard`, `common.fsdp.train`), which are optional.
 
 # %% [markdown]
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/06_1_fsdp_sharding.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/06_1_fsdp_sharding.ipynb)
@@ -60,7 +62,8 @@ from common.fsdp.meta import load_full_state_dict, materialize
 from common.fsdp.sharding import bytes_per_rank, shard_model
 from common.fsdp.train import gradient_sync
 from common.models import SmallCNN, count_parameters
-from common.source import show_source
+from common.readings import read_figure
+from common.source import show_file, show_source
 
 seed_everything(0)
 device = get_device()
@@ -68,6 +71,10 @@ RUNS = Path("../runs/06_1")
 shutil.rmtree(RUNS, ignore_errors=True)
 RUNS.mkdir(parents=True)
 print("device:", device, "| runs in", RUNS)
+
+# %% tags=["parameters"]
+# Sizes of this chapter's runs. `make test` runs the notebook with smaller ones (tests/notebook_parameters.py).
+BENCH_STEPS = 12  # training steps of each strategy in the FSDP vs DDP benchmark
 
 # %% [markdown]
 # ## What every DDP rank holds, on paper
@@ -108,83 +115,27 @@ table
 
 # %% [markdown]
 # ## FSDP2, written in a script
-# The script below is Chapter 4's recipe with one change of substance: instead of `DDP(model)`, call
-# `fully_shard` on each block (bottom-up) and then on the root. Every parameter becomes a `DTensor`
-# whose placement `Shard(0)` says "split along dimension 0 across the ranks"; the optimizer is built
-# *after* sharding, so it only ever sees — and keeps state for — the local shards. Under plain
-# `python` (no `RANK` in the environment) it runs unsharded, as one process.
+# The script `scripts/06_1/fsdp_script.py` is Chapter 4's recipe with one change of substance: instead
+# of `DDP(model)`, it calls `fully_shard` on each block (bottom-up) and then on the root. Every parameter
+# becomes a `DTensor` whose placement `Shard(0)` says "split along dimension 0 across the ranks"; the
+# optimizer is built *after* sharding, so it only ever sees — and keeps state for — the local shards.
+# Under plain `python` (no `RANK` in the environment) it runs unsharded, as one process. Each rank
+# writes a report of what it holds (`rank<R>_of_<N>.json`) into the folder named on its command line,
+# and rank 0 the full weights it learned (`weights_<N>.pt`):
 
 # %%
-# %%writefile ../runs/06_1/fsdp_script.py
-import json
-import os
-
-import torch
-import torch.distributed as dist
-from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
-
-
-def build_model() -> nn.Module:
-    torch.manual_seed(0)  # the same initial weights on every rank
-    blocks = [nn.Sequential(nn.Linear(64, 64), nn.ReLU()) for _ in range(4)]
-    return nn.Sequential(*blocks, nn.Linear(64, 6))
-
-
-def local_bytes(tensors) -> int:
-    return sum((t.to_local() if isinstance(t, DTensor) else t).nbytes for t in tensors)
-
-
-def main() -> None:
-    distributed = "RANK" in os.environ
-    if distributed:
-        dist.init_process_group("gloo")  # "nccl" on GPUs
-    rank, world_size = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
-    model = build_model()
-    if distributed:
-        for block in model[:-1]:
-            fully_shard(block)  # one unit: gathered before its forward, freed after
-        fully_shard(model)      # the root: the head, and the hooks that drive the units
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    gen = torch.Generator().manual_seed(1)
-    images, labels = torch.randn(16, 64, generator=gen), torch.randint(0, 6, (16,), generator=gen)
-    for _step in range(3):  # global batch 16: each rank takes its chunk
-        x, y = images.chunk(world_size)[rank], labels.chunk(world_size)[rank]
-        optimizer.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()  # reduce-scatter of the gradients
-        optimizer.step()                                      # on the local shards only
-    weight = model[0][0].weight
-    held = {"parameters": local_bytes(p.data for p in model.parameters()),
-            "gradients": local_bytes(p.grad for p in model.parameters()),
-            "optimizer": local_bytes(v for s in optimizer.state.values() for v in s.values())}
-    local_shape = tuple((weight.to_local() if isinstance(weight, DTensor) else weight).shape)
-    report = {"rank": rank, "world size": world_size, "weight type": type(weight).__name__,
-              "global shape": tuple(weight.shape), "placements": str(getattr(weight, "placements", "-")),
-              "local shape": local_shape, **held}
-    with open(os.path.join(os.path.dirname(__file__), f"rank{rank}_of_{world_size}.json"), "w") as f:
-        json.dump(report, f)
-    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
-                                                                 cpu_offload=True))
-    if rank == 0:  # the full weights, gathered from the shards
-        torch.save(state, os.path.join(os.path.dirname(__file__), f"weights_{world_size}.pt"))
-    if distributed:
-        dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()
+fsdp_script = Path("scripts/06_1/fsdp_script.py")
+show_file(fsdp_script)
 
 # %% [markdown]
-# Run it once as one process and once with `torchrun` on 2 processes (gloo), as subprocesses, and
-# collect what each rank printed. `torchrun_command` (chapter 4.1) builds the `torchrun --standalone
-# --nproc-per-node=2 fsdp_script.py` command line:
+# Run it once as one process (`python scripts/06_1/fsdp_script.py ../runs/06_1`) and once with
+# `torchrun` on 2 processes (gloo), as subprocesses, and collect what each rank wrote. `torchrun_command`
+# (chapter 4.1) builds the `torchrun --standalone --nproc-per-node=2 scripts/06_1/fsdp_script.py
+# ../runs/06_1` command line:
 
 # %%
-script = str(RUNS / "fsdp_script.py")
-run_command([sys.executable, script])
-run_command(torchrun_command(script, nproc_per_node=2))
+run_command([sys.executable, str(fsdp_script), str(RUNS)])
+run_command(torchrun_command(str(fsdp_script), [str(RUNS)], nproc_per_node=2))
 ranks = pd.DataFrame([json.loads(p.read_text()) for p in sorted(RUNS.glob("rank*_of_*.json"))])
 ranks
 
@@ -290,93 +241,21 @@ print(f"max |accumulated - whole batch| = {gap:.1e}")
 
 # %% [markdown]
 # ## The three, on 2 FSDP ranks
-# The script below does all three in one `torchrun` launch. It takes `build_model` from `fsdp_script.py`
-# (torchrun puts a script's folder on `sys.path`), builds it on the meta device, shards it and allocates
-# the shards; initialises them with `reset_parameters`; then loads rank 0's full state dict; accumulates
-# two micro-batches per rank; and clips. Each rank also builds the one-process model, unsharded (it is
-# tiny), and reports how far the sharded one is from it:
+# The script `scripts/06_1/fsdp_idioms.py` does all three in one `torchrun` launch. It takes `build_model`
+# from `fsdp_script.py` beside it (torchrun puts a script's folder on `sys.path`), builds it on the meta
+# device, shards it and allocates the shards; initialises them with `reset_parameters`; then loads
+# rank 0's full state dict; accumulates two micro-batches per rank; and clips. Each rank also builds the
+# one-process model, unsharded (it is tiny), and reports how far the sharded one is from it:
 
 # %%
-# %%writefile ../runs/06_1/fsdp_idioms.py
-import json
-import os
-
-import torch
-import torch.distributed as dist
-from fsdp_script import build_model  # seed 0, 4 blocks and a head, as above
-from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-from torch.distributed.fsdp import fully_shard
-
-
-def sharded_on_meta() -> nn.Module:
-    with torch.device("meta"):
-        model = build_model()  # shapes only: no memory, no values
-    for block in model[:-1]:
-        fully_shard(block)
-    fully_shard(model)            # cut into Shard(0) pieces from the shapes alone
-    model.to_empty(device="cpu")  # this rank's shards, allocated, uninitialised
-    return model
-
-
-def accumulate(model: nn.Module, micro_batches: list) -> bool:
-    """Backward on each micro-batch, reduce-scatter after the last; True if no sharded
-    gradient existed before the last one."""
-    for index, (x, y) in enumerate(micro_batches):
-        last = index == len(micro_batches) - 1
-        model.set_requires_gradient_sync(last)  # False: keep the unsharded gradient here
-        untouched = all(p.grad is None for p in model.parameters())
-        (nn.functional.cross_entropy(model(x), y) / len(micro_batches)).backward()
-    return untouched
-
-
-def farthest(sharded, plain) -> float:
-    return max((s.full_tensor() - p).abs().max().item() for s, p in zip(sharded, plain, strict=True))
-
-
-def main() -> None:
-    dist.init_process_group("gloo")
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    reference = build_model()  # what one process trains: unsharded
-    model = sharded_on_meta()
-    for module in model.modules():  # a fresh start: each layer initialises its own shards
-        if hasattr(module, "reset_parameters"):
-            module.reset_parameters()
-    weight = model[0][0].weight.full_tensor()
-    report = {"rank": rank, "reset: rows 0-31 == rows 32-63": torch.equal(weight[:32], weight[32:])}
-    full = reference.state_dict() if rank == 0 else {}  # only rank 0 holds the full state dict
-    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True,
-                                                               broadcast_from_rank0=True))
-    report["loaded: max |w - one process|"] = farthest(model.parameters(), reference.parameters())
-    gen = torch.Generator().manual_seed(1)
-    images, labels = torch.randn(16, 64, generator=gen), torch.randint(0, 6, (16,), generator=gen)
-    nn.functional.cross_entropy(reference(images), labels).backward()  # one batch of 16
-    x, y = images.chunk(world_size)[rank], labels.chunk(world_size)[rank]  # this rank's 8
-    micro_batches = list(zip(x.chunk(2), y.chunk(2), strict=True))  # 2 of 4
-    report["no sharded grad until the last"] = accumulate(model, micro_batches)
-    grads, plain = [p.grad for p in model.parameters()], [p.grad for p in reference.parameters()]
-    report["accumulated: max |g - one batch|"] = farthest(grads, plain)
-    local = torch.stack([torch.linalg.vector_norm(g.to_local()) for g in grads])
-    report["norm of the local shards"] = torch.linalg.vector_norm(local).item()
-    total = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.1)  # a DTensor
-    report["clip_grad_norm_: total norm"] = total.full_tensor().item()
-    one_process = torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm=0.1)
-    report["one process: total norm"] = one_process.item()
-    report["clipped: max |g - one process|"] = farthest(grads, plain)
-    with open(os.path.join(os.path.dirname(__file__), f"idioms_rank{rank}.json"), "w") as f:
-        json.dump(report, f)
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()
+idioms_script = Path("scripts/06_1/fsdp_idioms.py")
+show_file(idioms_script)
 
 # %% [markdown]
 # One launch on 2 processes; each rank's report is a column:
 
 # %%
-idioms = str(RUNS / "fsdp_idioms.py")
-run_command(torchrun_command(idioms, nproc_per_node=2))
+run_command(torchrun_command(str(idioms_script), [str(RUNS)], nproc_per_node=2))
 report = pd.DataFrame([json.loads(p.read_text()) for p in sorted(RUNS.glob("idioms_rank*.json"))])
 report = report.set_index("rank")
 report.T
@@ -412,13 +291,13 @@ print(f"total norm {totals[0]:.4f} on both ranks and in one process; local norms
 #   dict from rank 0.
 
 # %% [markdown]
-# ### The same in `common`, with the hardening
+# ## Going further: the same in `common`, with the hardening
 # `common.fsdp.meta` holds both ways of filling the shards. `materialize` is `to_empty` plus the
 # `reset_parameters` loop, with one check first: a module that holds parameters or buffers of its own
 # but has no `reset_parameters` would keep whatever the memory held, so it is refused, by name, before
 # anything is allocated:
 
-# %%
+# %% tags=["hide-output"]
 show_source(materialize)
 
 # %% [markdown]
@@ -457,7 +336,7 @@ try:
 except ValueError as error:
     print(error)
 
-# %%
+# %% tags=["hide-output"]
 show_source(load_full_state_dict)
 
 # %% [markdown]
@@ -466,11 +345,11 @@ show_source(load_full_state_dict)
 # `clip_grad_norm_` between the last micro-batch's backward and `optimizer.step()` works unchanged on
 # the sharded parameters, as the script showed.
 
-# %%
+# %% tags=["hide-output"]
 show_source(gradient_sync)
 
 # %% [markdown]
-# ## Three knobs: `reshard_after_forward`, prefetching, `MixedPrecisionPolicy`
+# ## Going further: three knobs, `reshard_after_forward`, prefetching, `MixedPrecisionPolicy`
 # - `fully_shard(block, reshard_after_forward=True)` frees a unit's gathered parameters right after its
 #   forward and gathers them again in backward: ZeRO-3. `False` keeps them until backward — more memory,
 #   one all-gather fewer per unit (ZeRO-2-like). The default, `None`, means `True` for every unit and
@@ -492,23 +371,23 @@ else:
     print("skipped: bf16 MixedPrecisionPolicy and NCCL need CUDA GPUs (none here)")
 
 # %% [markdown]
-# ## The same script grown up: `common.fsdp.train`
+# ## Going further: the same script grown up, `common.fsdp.train`
 # `python -m common.fsdp.train --strategy fsdp|ddp` trains Chapter 4's `SmallCNN` (with GroupNorm, so any
 # number of ranks computes the same gradient) on the shapes data with either strategy, and adds
 # distributed checkpoints (next notebook), `--compile`, logging and restarts. Its sharding step is
 # `shard_model`: every layer with weights becomes a unit, bottom-up, then the root:
 
-# %%
+# %% tags=["hide-output"]
 print(inspect.getsource(shard_model).split('"""')[0] + inspect.getsource(shard_model).split('"""')[2])
 
 # %% [markdown]
 # ## FSDP vs DDP, measured side by side
 # `common.fsdp.bench` (`make bench-fsdp`) trains the same model with each strategy on 2 CPU ranks, one
 # thread each, and reports samples/s and the bytes of parameters + gradients + optimizer state that a
-# rank holds, counted from its local tensors. A short run here; [docs/figures.md](../docs/figures.md) has the longer one.
+# rank holds, counted from its local tensors. A short run here (`BENCH_STEPS` steps); [docs/figures.md](../docs/figures.md) has the longer one.
 
 # %%
-result = pd.DataFrame(compare(BenchConfig(repeats=1, steps=6))).T
+result = pd.DataFrame(compare(BenchConfig(repeats=1, steps=BENCH_STEPS))).T
 assert result.loc["fsdp/ddp", "bytes_per_rank"] <= 0.6
 result
 
@@ -519,12 +398,13 @@ for ax, column, label in zip(axes, ["samples_per_s", "bytes_per_rank"],
     ax.bar(["DDP", "FSDP"], result.loc[["ddp", "fsdp"], column], color=["tab:blue", "tab:orange"])
     ax.set_title(label)
 fig.tight_layout()
-print(f"FSDP / DDP on these {BenchConfig().ranks} CPU ranks: samples/s "
-      f"{result.loc['fsdp/ddp', 'samples_per_s']:.2f}x, bytes per rank {result.loc['fsdp/ddp', 'bytes_per_rank']:.2f}x")
+read_figure("06_1/fsdp-vs-ddp-samples", result.loc["fsdp/ddp", "samples_per_s"], unit="×",
+            what=f"FSDP's samples/s against DDP's, {BenchConfig().ranks} CPU ranks, a short run")
+print(f"bytes per rank, FSDP / DDP: {result.loc['fsdp/ddp', 'bytes_per_rank']:.2f}× (counted, on any machine)")
 
 # %% [markdown]
 # The two ratios printed above are of different kinds. Bytes per rank are counted from the local
-# tensors: FSDP holds half of DDP's on 2 ranks, on any machine. Samples/s are timed, and a 6-step run on
+# tensors: FSDP holds half of DDP's on 2 ranks, on any machine. Samples/s are timed, and a short run on
 # 2 CPU ranks of a small machine shared with other work moves a lot from run to run, either way (the
 # longer `make bench-fsdp` run in [docs/figures.md](../docs/figures.md) measured FSDP at 0.70× DDP's
 # speed). What does not move is the work: per step FSDP all-gathers every unit in forward and again in
@@ -547,6 +427,14 @@ print(f"FSDP / DDP on these {BenchConfig().ranks} CPU ranks: samples/s "
 #   the norm of the whole sharded gradient.
 
 # %% [markdown]
+# ## Further reading
+# - [Getting started with FSDP2](https://pytorch.org/tutorials/intermediate/FSDP_tutorial.html): `fully_shard`, DTensor parameters, meta-device initialisation, prefetching and mixed precision, on GPUs.
+# - [`torch.distributed.fsdp.fully_shard`](https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html): every argument of `fully_shard`, `MixedPrecisionPolicy` and the module methods (`set_requires_gradient_sync`, `set_modules_to_forward_prefetch`).
+# - [DTensor](https://pytorch.org/docs/stable/distributed.tensor.html): placements (`Shard`, `Replicate`), `to_local` and `full_tensor`, as printed by the script.
+# - [`torchrun` (elastic launch)](https://pytorch.org/docs/stable/elastic/run.html): the launcher's options used here and in Chapter 6.4.
+# - [ZeRO: memory optimizations toward training trillion parameter models](https://arxiv.org/abs/1910.02054): the paper behind the three stages of the first table.
+
+# %% [markdown]
 # ## Exercises
 # 1. Change the script to `fully_shard(model)` only (no per-block units). What do the printed
 #    placements show, and what would it cost in peak memory on a GPU?
@@ -554,9 +442,9 @@ print(f"FSDP / DDP on these {BenchConfig().ranks} CPU ranks: samples/s "
 #    does not divide by 3? (Look at the local shapes on each rank.)
 # 3. Use `bytes_per_rank` to find the smallest number of ranks on which a 7B model fits in 80 GB per
 #    rank (parameters, gradients, AdamW state) under ZeRO-1, ZeRO-2 and ZeRO-3.
-# 4. In `fsdp_idioms.py`, compute the total gradient norm by hand from the local shards (square, sum,
+# 4. In `scripts/06_1/fsdp_idioms.py`, compute the total gradient norm by hand from the local shards (square, sum,
 #    `dist.all_reduce`, square root) and check that it equals what `clip_grad_norm_` returned.
-# 5. Call `torch.manual_seed(rank)` before the `reset_parameters` loop of `fsdp_idioms.py`. Are the two
+# 5. Call `torch.manual_seed(rank)` before the `reset_parameters` loop of `scripts/06_1/fsdp_idioms.py`. Are the two
 #    halves of the weight still equal? Is the model then one process's?
 # 6. The graded exercises: [`exercises/ex06_fsdp_checkpoints.ipynb`](exercises/ex06_fsdp_checkpoints.ipynb).
 
