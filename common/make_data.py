@@ -19,6 +19,7 @@ from pathlib import Path
 
 from common.cli import (
     at_least,
+    fail,
     in_range,
     is_dir_or_absent,
     non_negative,
@@ -70,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
                                 validate=check_config)
     config = SyntheticConfig(**{f.name: asdict(args)[f.name] for f in fields(SyntheticConfig)})
     root = args.root or default_data_root() / "shapes"
+    try:  # the checks above cannot see every folder that refuses to be made (/proc, /sys, a read-only mount)
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return fail(f"--root: cannot create {root}: {error.strerror}")
     start = time.perf_counter()
     data = generate(root, config) if args.force else ensure_data(root, config)
     print(f"{data.root}: {config.num_train} train + {config.num_val} val images "

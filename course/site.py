@@ -290,6 +290,10 @@ def check_config(config: SiteConfig) -> dict[str, str]:
     if config.root is not None and "root" not in problems \
             and not (config.root / "chapters").is_dir():
         problems["root"] = f"{config.root} has no chapters/ folder: not this repository"
+    out, root = config.out.resolve(), (config.root or repo_root()).resolve()
+    if "out" not in problems and (not config.out.name or out == root or out in root.parents):
+        problems["out"] = (f"{config.out}: the site needs a folder of its own (it is written there, and its "
+                           f"sources beside it in OUT-src), not the repository or a folder above it")
     return problems
 
 

@@ -139,9 +139,18 @@ def run_in_process_group(train: Callable[[Any, DistInfo], Any], config: Any, *,
     An expected error (``errors``: a bad snapshot or checkpoint, a missing file, a bad value)
     is printed as one line naming the rank and gives exit status 2, without a traceback.
 
+    A rendezvous that cannot be made (``MASTER_PORT`` taken by another program, an address that
+    does not answer) is one such line too, naming ``MASTER_ADDR:MASTER_PORT``.
+
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
-    info = setup_distributed()
+    try:
+        info = setup_distributed()
+    except dist.DistNetworkError as error:
+        where = f"MASTER_ADDR:MASTER_PORT {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        print(f"rank {os.environ.get('RANK', 0)}: error: cannot make the rendezvous at {where}: "
+              f"{one_line(str(error))}", file=sys.stderr, flush=True)
+        return 2
     try:
         train(config, info)
     except errors as error:

@@ -159,6 +159,9 @@ CASES = [  # (module, argv, exit status, what stderr must name)
     ("course.site", ["--root", "{file}", "--out", "{site}"], 2, "--root"),
     ("course.site", ["--root", "{dir}", "--out", "{site}"], 2, "--root"),
     ("course.site", ["--out", "{file}"], 2, "--out"),
+    ("common.make_data", ["--root", "/proc/companion/shapes"], 1, "--root"),  # a FileNotFoundError traceback before
+    ("course.site", ["--out", "."], 2, "--out"),  # the repository itself (a ValueError traceback before)
+    ("course.site", ["--out", "/"], 2, "--out"),
     ("course.translate", ["status", "--chapters", "{missing}"], 2, "--chapters"),
     ("course.translate", ["status", "--chapters", "{file}"], 2, "--chapters"),
     ("course.translate", ["status", "--chapters", "{dir}"], 2, "--chapters"),

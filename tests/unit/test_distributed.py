@@ -120,3 +120,20 @@ def test_allreduce_seconds_times_every_size_each_round_without_a_group():
 
 def test_the_cost_line_reports_the_fastest_call_of_each_size():
     assert fastest_ms({256: [0.003, 0.001, 0.002], 4096: [0.0025]}) == "256:1.000 4096:2.500"
+
+
+def test_a_rendezvous_that_cannot_be_made_is_one_line_naming_the_port(monkeypatch, capsys):
+    """MASTER_PORT taken by another program: EADDRINUSE from the TCPStore, once a 30-line traceback."""
+    from common.ddp import process_group
+
+    def taken():
+        raise torch.distributed.DistNetworkError("The server socket has failed to listen on any local network "
+                                                 "address. port: 29500, name: EADDRINUSE")
+
+    monkeypatch.setattr(process_group, "setup_distributed", taken)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    monkeypatch.setenv("RANK", "0")
+    assert run_in_process_group(lambda config, info: None, None, errors=(ValueError,)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "MASTER_ADDR:MASTER_PORT 127.0.0.1:29500" in err and "EADDRINUSE" in err
