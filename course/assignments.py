@@ -20,6 +20,17 @@ import checks``) reports an exercise that raises ``NotImplementedError`` as "not
 instead of failing, so a student version runs top to bottom; the hidden checks, which
 are outside ``checks``, still fail such an exercise when it is graded.
 
+An exercise whose answer is a script or module (a *file exercise*: ex04 Exercise 2, ex06 Exercises 6, 8
+and 9) names its file in a tag of the answer cell, ``answer-file:ex04_work/fixed_ddp.py:ex04_work/broken_ddp.py``
+(paths relative to the notebook's folder; tags survive jupytext, nbgrader and the translation): the learner edits that file, the
+check runs it and the grader takes it from the submission's folder, beside the notebook. Its answer cell
+holds no solution (only a comment that says where the answer is); the solution is the file in the
+instructor sources' folder (``solutions/ex04_work/fixed_ddp.py``), and ``build`` hands the file out as a
+copy of the file it names (the broken script, with a first line that raises ``NotImplementedError``
+until the learner removes it), or, where it names none, as the solution file with its solution regions
+replaced (``strip_solutions``). ``build`` also copies the other ``.py`` files of ``exNN_work/`` (the
+scripts the exercises show and run).
+
 A code cell tagged ``demo`` only shows the learner something (a broken script failing, the way
 a check will run an answer): the grader does not run it, and ``exercises_of`` refuses a source in
 which a later cell uses a name a demo cell binds.
@@ -42,10 +53,11 @@ from common.paths import chapters_dir
 from course.checks import answered, checks
 from course.demo_cells import DEMO_TAG, DemoCellError, check_demo, is_demo
 
-__all__ = ["DEMO_TAG", "AssignmentFormatError", "Exercise", "answered", "build", "checks", "exercises_dir",
+__all__ = ["ANSWER_FILE_TAG", "DEMO_TAG", "NOT_DONE", "AssignmentFormatError", "Exercise", "answer_files", "answered", "build", "checks", "exercises_dir",
            "exercises_of", "instructor_sources", "is_demo", "is_exercise_notebook", "is_student_version",
            "learner_folder", "main", "nbgrader_meta", "rebase_links", "solutions_dir",
-           "strip_hidden_tests", "strip_solutions", "student_text", "student_version"]
+           "strip_hidden_tests", "strip_solutions", "student_text", "student_version", "handout_text",
+           "work_files", "write_work_files"]
 
 if TYPE_CHECKING:  # nbformat costs ~2 s to import (jsonschema): every exercise kernel and judge
     import nbformat  # imports this module for `checks`, and none of them reads a notebook
@@ -98,12 +110,56 @@ class AssignmentFormatError(ValueError):
 
 @dataclass(frozen=True)
 class Exercise:
-    """One exercise of a notebook: its answer cell, its check cell and its points."""
+    """One exercise of a notebook: its answer cell, its check cell and its points; ``files`` are the
+    answer files of a file exercise (paths relative to the notebook's folder), empty for the others."""
 
     key: str
     answer_cell: int
     tests_cell: int
     points: float
+    files: tuple[str, ...] = ()
+
+
+#: The first lines of a handed-out answer file that is a copy of a broken script.
+NOT_DONE = ('raise NotImplementedError("fix this script, then delete this line")  '
+            "# YOUR CODE HERE: the answer file of an exercise\n")
+#: How large an answer file may be (the grader refuses a bigger one).
+MAX_ANSWER_FILE = 200_000
+
+
+#: The tag of an answer cell whose answer is a file: ``answer-file:PATH`` or ``answer-file:PATH:START``.
+ANSWER_FILE_TAG = "answer-file:"
+
+
+def answer_files(cell: nbformat.NotebookNode) -> dict[str, str | None]:
+    """The answer files an answer cell names in its tags (``answer-file:ex04_work/fixed_ddp.py:ex04_work/
+    broken_ddp.py``): each path (relative to the notebook's folder) -> the file it is handed out as a copy
+    of, or None (the solution file with its solution regions replaced)."""
+    tags = cell.get("metadata", {}).get("tags", [])
+    found: dict[str, str | None] = {}
+    for tag in tags if isinstance(tags, list) else []:
+        if isinstance(tag, str) and tag.startswith(ANSWER_FILE_TAG):
+            path, _, start = tag[len(ANSWER_FILE_TAG):].partition(":")
+            found[path] = start or None
+    return found
+
+
+def _safe_relative(path: str) -> bool:
+    parts = Path(path).parts
+    return bool(parts) and not Path(path).is_absolute() and ".." not in parts and "\\" not in path
+
+
+def handout_text(sources: Path, path: str, start: str | None) -> str:
+    """The handed-out version of the answer file ``path`` of the instructor sources in ``sources``."""
+    if start:
+        return NOT_DONE + (Path(sources) / start).read_text(encoding="utf-8")
+    text = strip_solutions((Path(sources) / path).read_text(encoding="utf-8"))
+    return text if text.endswith("\n") else text + "\n"
+
+
+def work_files(sources: Path, stem: str) -> list[Path]:
+    """The scripts of a notebook's exercises in the instructor sources: ``exNN_work/*.py``."""
+    return sorted((Path(sources) / f"{stem.split('_')[0]}_work").glob("*.py"))
 
 
 def nbgrader_meta(cell: nbformat.NotebookNode) -> dict:
@@ -131,7 +187,10 @@ def exercises_of(nb: nbformat.NotebookNode, *, name: str = "notebook") -> list[E
         grade_id = str(meta.get("grade_id", ""))
         key, _, role = grade_id.rpartition("-")
         if meta.get("solution"):
-            if role != "answer" or not has_solution or cell.cell_type != "code":
+            files = answer_files(cell)
+            if any(not _safe_relative(p) or (s and not _safe_relative(s)) for p, s in files.items()):
+                raise AssignmentFormatError(f"{where}: answer_files are paths inside the notebook's folder")
+            if role != "answer" or not (has_solution or files) or cell.cell_type != "code":
                 raise AssignmentFormatError(f"{where}: an answer cell needs grade_id "
                                             f"'<key>-answer' and {BEGIN_SOLUTION!r} markers")
             answers[key] = index
@@ -152,7 +211,7 @@ def exercises_of(nb: nbformat.NotebookNode, *, name: str = "notebook") -> list[E
             check_demo(nb, index, name) if is_demo(cell) else None
         except DemoCellError as error:
             raise AssignmentFormatError(str(error)) from None
-    return [Exercise(key, answers[key], tests[key][0], tests[key][1])
+    return [Exercise(key, answers[key], tests[key][0], tests[key][1], tuple(answer_files(nb.cells[answers[key]])))
             for key in sorted(tests, key=lambda k: tests[k][0])]
 
 
@@ -307,11 +366,36 @@ def build(out: Path, sources: list[Path], *, manifest: bool = True) -> dict[str,
     for source in sources:
         exercises = exercises_of(nbformat.read(source, as_version=4), name=source.name)
         (out / source.name).write_text(student_text(source, out), encoding="utf-8")
+        write_work_files(out, source, exercises)
         listing[source.stem] = {"exercises": {e.key: e.points for e in exercises},
                                 "total_points": sum(e.points for e in exercises)}
     if manifest:
         (out / "manifest.json").write_text(json.dumps(listing, indent=1))
     return listing
+
+
+def write_work_files(out: Path, source: Path, exercises: list[Exercise]) -> list[Path]:
+    """Hand out a notebook's scripts beside its student version: each answer file as handed out
+    (``handout_text``), every other ``exNN_work/*.py`` of the instructor sources as it is."""
+    import nbformat
+
+    folder = Path(source).parent
+    nb = nbformat.read(source, as_version=4)
+    answers = {path: start for e in exercises for path, start in answer_files(nb.cells[e.answer_cell]).items()}
+    written = []
+    for script in work_files(folder, Path(source).stem):
+        relative = script.relative_to(folder).as_posix()
+        if relative not in answers:
+            written.append(_write(out / relative, script.read_text(encoding="utf-8")))
+    for relative, start in answers.items():
+        written.append(_write(out / relative, handout_text(folder, relative, start)))
+    return written
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 @dataclass

@@ -30,6 +30,8 @@ class GradingConfig:
     cpu_seconds: int = option(120, "CPU seconds per process of an exercise")
     processes: int = option(64, "processes (threads count) an exercise may run at once")
     open_files: int = option(256, "open files per process")
+    hint_cost: float = option(0.0, "points taken off a passed exercise per hint the student opened "
+                              "(hint(\"exN\", level) cells that ran); 0, the default, only records them")
     file_mb: int = option(64, "files an exercise may write, MiB: each file (and its output), and in "
                           "the sandbox all its files together")
 

@@ -72,6 +72,10 @@ def finish(prepared: Prepared, run: Run, config: GradingConfig) -> tuple[list[Re
     results, integrity = [], []
     for exercise in exercises:
         points, message = score(exercise, run, prepared.refused, prepared.missing, prepared.unattempted)
+        opened = prepared.hints.get(exercise.key, 0)
+        if config.hint_cost > 0 and opened and points > 0:  # only where the instructor asks for it
+            taken = min(points, config.hint_cost * opened)
+            points, message = points - taken, f"{message} ({opened} hint(s) opened: -{taken:g})"
         results.append(Result(student, f"{notebook}/{exercise.key}", points, exercise.points, message))
         reply = run.replies.get(exercise.key) or {}
         for kind, field in (("checker", "tampered"), ("rebound", "rebound")):
@@ -202,7 +206,10 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
     own = subordinate is not None or (os.geteuid() == 0 and may_drop(config, sandbox))
     uid_note = "" if os.geteuid() != 0 or own else \
         " (root, but the judges run as root: make the repository and Python readable by others)"
-    info = {"sandbox": sandbox, "trusted": config.trusted,
+    hints = [{"student": p.student, "exercise": f"{p.source_path.stem}/{key}", "opened": opened}
+             for p in prepared if isinstance(p, Prepared) for key, opened in sorted(p.hints.items())
+             if key in {e.key for e in p.exercises}]
+    info = {"sandbox": sandbox, "trusted": config.trusted, "hint_cost": config.hint_cost, "hints": hints,
             "sandbox_note": "; ".join(filter(None, (why, who))) + uid_note,
             "judge_uid": "own" if own else "the grader's", "limits": _limits(sandbox),
             "integrity": [asdict(problem) for problem in integrity]}
@@ -226,10 +233,11 @@ def _check(config: GradingConfig) -> dict[str, str]:
     """Every value the grading would be meaningless with (a correct answer scoring zero), by flag."""
     problems = {**is_dir(config, "sources", "repo"), **is_dir_or_absent(config, "out"),
                 **positive(config, "cpu_seconds", "processes", "file_mb"),
+                **at_least(config, 0, "hint_cost", why="points"),
                 **at_least(config, 1, "timeout", "cell_timeout", why="seconds"),
                 **at_least(config, 64, "memory_mb", why="MiB: the checks need some"),
                 **at_least(config, 16, "open_files", why="Python needs some"),
-                **finite(config, "timeout", "cell_timeout")}
+                **finite(config, "timeout", "cell_timeout", "hint_cost")}
     if "sources" not in problems and (empty := sources_problem(Path(config.sources))):
         problems["sources"] = empty  # every submission would be graded against nothing, rc 0
     if config.submissions is None or not Path(config.submissions).is_dir():
@@ -244,8 +252,14 @@ def _check(config: GradingConfig) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(arg == "--self" or arg.startswith("--self=") for arg in argv):
+        from course.grading.self_grade import main as self_main
+
+        return self_main(argv)
     config = parse_dataclass_args(GradingConfig, argv, description=__doc__.splitlines()[0],
-                                  validate=_check)
+                                  validate=_check, epilog="A learner grades their own notebook, where it is, "
+                                  "with: python -m course.grading --self PATH (make grade-me NOTEBOOK=PATH).")
     config.submissions, config.out = config.submissions.resolve(), config.out.resolve()
     config.sources = config.sources.resolve()
     try:

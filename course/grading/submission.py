@@ -16,7 +16,16 @@ from pathlib import Path
 
 import nbformat
 
-from course.assignments import STUB, Exercise, exercises_of, is_demo, student_version
+from course.assignments import (
+    MAX_ANSWER_FILE,
+    STUB,
+    Exercise,
+    answer_files,
+    exercises_of,
+    handout_text,
+    is_demo,
+    student_version,
+)
 from course.grading.config import GradingConfig, Result
 from course.grading.inside.answer_rules import answer_problems
 from course.grading.inside.channel import MAX_MESSAGE
@@ -48,6 +57,68 @@ def read_submission(path: Path, folder: Path) -> nbformat.NotebookNode:
 
 
 
+def read_answer_file(folder: Path, relative: str) -> str:
+    """An answer file of a submission, ``folder/relative``, read as ``read_submission`` reads a notebook:
+    no link anywhere below ``folder``, a regular file, at most ``MAX_ANSWER_FILE`` bytes of UTF-8.
+
+    Raises:
+        FileNotFoundError: It is not there.
+        ValueError: Naming the link, the kind of file or the size.
+    """
+    path = folder / relative
+    for part in [path, *path.parents]:
+        if part == folder:
+            break
+        if part.is_symlink():
+            raise ValueError(f"{shown(part.name)} is a symbolic link: hand in the file itself")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{shown(relative)} is not a regular file")
+        if info.st_nlink > 1:
+            raise ValueError(f"{shown(relative)} is a hard link: hand in a copy of the file")
+        if info.st_size > MAX_ANSWER_FILE:
+            raise ValueError(f"{shown(relative)} has {info.st_size:,} bytes, more than the {MAX_ANSWER_FILE:,} allowed")
+        os.set_blocking(handle.fileno(), True)
+        return handle.read(MAX_ANSWER_FILE + 1).decode("utf-8")
+
+
+def submitted_files(source_path: Path, source: nbformat.NotebookNode, exercises: list[Exercise],
+                    folder: Path) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """The answer files of the file exercises, read from ``folder`` (the submitted notebook's), by
+    exercise; and, by exercise, why one is not graded (missing, unreadable, or every file as handed out:
+    ``untouched``'s message)."""
+    files: dict[str, dict[str, str]] = {}
+    problems: dict[str, str] = {}
+    for exercise in exercises:
+        wanted = answer_files(source.cells[exercise.answer_cell])
+        if not wanted:
+            continue
+        texts, same = {}, True
+        for relative, start in wanted.items():
+            try:
+                texts[relative] = read_answer_file(folder, relative)
+            except FileNotFoundError:
+                problems[exercise.key] = (f"the answer file {relative} is missing from the submission "
+                                          "(hand it in beside the notebook)")
+                break
+            except (OSError, ValueError) as error:
+                problems[exercise.key] = f"cannot read the answer file {relative}: {error}"[:MAX_MESSAGE]
+                break
+            try:
+                handed = handout_text(source_path.parent, relative, start)
+            except OSError:
+                handed = None
+            same = same and handed is not None and _code(handed) is not None and _code(texts[relative]) == _code(handed)
+        else:
+            if same:
+                problems[exercise.key] = f"not attempted ({', '.join(wanted)} as handed out)"
+            else:
+                files[exercise.key] = texts
+    return files, problems
+
+
 def graded_notebook(source: nbformat.NotebookNode, submission: nbformat.NotebookNode,
                     exercises: list[Exercise]) -> tuple[nbformat.NotebookNode, set[str]]:
     """The instructor source with the submission's answer cells; also the keys missing."""
@@ -71,9 +142,11 @@ def graded_notebook(source: nbformat.NotebookNode, submission: nbformat.Notebook
 
 
 def judge_requests(nb: nbformat.NotebookNode, exercises: list[Exercise], refused: dict[str, str],
-                   recorded: Collection[str] = ()) -> list[dict]:
+                   recorded: Collection[str] = (), files: dict[str, dict[str, str]] | None = None) -> list[dict]:
     """The judge's requests in notebook order: setup cells, and one per exercise at its check cell
-    (for the ``recorded`` exercises only their answer, which later exercises see but nothing checks)."""
+    (for the ``recorded`` exercises only their answer, which later exercises see but nothing checks);
+    a file exercise's request carries its answer files (``files``), which the judge writes into the
+    working copy for that exercise only."""
     by_tests = {e.tests_cell: e for e in exercises}
     answers = {e.answer_cell for e in exercises}
     requests = []
@@ -87,7 +160,8 @@ def judge_requests(nb: nbformat.NotebookNode, exercises: list[Exercise], refused
             requests.append({"op": "answer", "key": exercise.key, "answer": nb.cells[exercise.answer_cell].source})
         elif exercise.key not in refused:
             requests.append({"op": "exercise", "key": exercise.key, "check": cell.source,
-                             "answer": nb.cells[exercise.answer_cell].source})
+                             "answer": nb.cells[exercise.answer_cell].source,
+                             **({"files": files[exercise.key]} if exercise.key in (files or {}) else {})})
     return requests
 
 
@@ -155,6 +229,28 @@ def score(exercise: Exercise, run: Run, refused: dict[str, str], missing: set[st
 
 
 
+def hints_opened(submission: nbformat.NotebookNode) -> dict[str, int]:
+    """How many hints the student opened per exercise: the highest ``hint("exN", level)`` of a code cell
+    that ran (it has an execution count). Recorded in the report; it changes a score only where the
+    instructor asks (``--hint-cost``)."""
+    opened: dict[str, int] = {}
+    for cell in submission.cells:
+        if cell.get("cell_type") != "code" or not cell.get("execution_count") or not isinstance(cell.get("source"), str) \
+                or "hint(" not in cell.source or len(cell.source) > 10_000:
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hint" \
+                    and len(node.args) == 2 and all(isinstance(a, ast.Constant) for a in node.args):
+                key, level = node.args[0].value, node.args[1].value
+                if isinstance(key, str) and type(level) is int and 1 <= level <= 9:
+                    opened[key] = max(opened.get(key, 0), level)
+    return opened
+
+
 def zero_rows(student: str, notebook: str, exercises: list[Exercise], message: str) -> list[Result]:
     """Zero points for every exercise of a notebook, with one message."""
     return [Result(student, f"{notebook}/{e.key}", 0.0, e.points, message) for e in exercises]
@@ -172,11 +268,13 @@ class Prepared:
     refused: dict[str, str]
     language: object  # the edition the student worked in (the notebook's metadata says)
     unattempted: dict[str, str] = field(default_factory=dict)  # key -> the row's message
+    files: dict[str, dict[str, str]] = field(default_factory=dict)  # key -> its answer files' texts
+    hints: dict[str, int] = field(default_factory=dict)  # key -> how many hints the student opened
 
     @property
     def requests(self) -> list[dict]:
         return judge_requests(self.nb, self.exercises, self.refused | {k: "" for k in self.missing},
-                              recorded=self.unattempted)
+                              recorded=self.unattempted, files=self.files)
 
     @property
     def needs_judge(self) -> bool:
@@ -200,6 +298,8 @@ def prepare(student: str, source_path: Path, submission_path: Path | None,
     nb, missing = graded_notebook(source, submission, exercises)
     refused = {e.key: why for e in exercises if e.key not in missing
                and (why := answer_problems(nb.cells[e.answer_cell].source))}
-    blank = untouched(nb, [e for e in exercises if e.key not in missing and e.key not in refused],
+    files, file_problems = submitted_files(source_path, source, exercises, submission_path.parent)
+    blank = untouched(nb, [e for e in exercises if e.key not in missing and e.key not in refused and not e.files],
                       handed_out(source, exercises))
-    return Prepared(student, source_path, nb, exercises, missing, refused, submission.get("metadata"), blank)
+    return Prepared(student, source_path, nb, exercises, missing, refused, submission.get("metadata"),
+                    blank | file_problems, files, hints_opened(submission))

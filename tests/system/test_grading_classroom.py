@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course.assignments import exercises_dir, exercises_of, solutions_dir
+from course.assignments import exercises_dir, exercises_of, solutions_dir, work_files
 from course.grading import judges
 from course.grading.config import GradingConfig
 from course.grading.grader import grade
@@ -63,6 +63,10 @@ def classroom(tmp_path_factory):
     for source in sources:
         shutil.copy(source, root / "subs" / "instructor" / source.name)
         shutil.copy(exercises_dir() / source.name, root / "subs" / "blank" / source.name)  # as committed
+        for student, folder in (("instructor", solutions_dir()), ("blank", exercises_dir())):
+            for script in work_files(folder, source.stem):  # the answer files beside the notebook
+                (root / "subs" / student / script.parent.name).mkdir(exist_ok=True)
+                shutil.copy(script, root / "subs" / student / script.parent.name / script.name)
     name = "ex03_efficient_pipelines.ipynb"  # lister answers Exercise 2 only: the rest is not run
     source = nbformat.read(solutions_dir() / name, as_version=4)
     nbformat.write(with_answers(source, {"ex2": _KEEPS_THE_LIST}, {}), root / "subs" / "lister" / name)
@@ -107,6 +111,10 @@ def test_the_student_versions_score_zero_as_not_attempted(classroom):
     blank = [r for r in results if r.student == "blank"]
     assert len(blank) == len([r for r in results if r.student == "instructor"]), "every exercise has a row"
     assert [r for r in blank if r.points or "not attempted" not in r.message] == []
+    files = [r for r in blank if "as handed out)" in r.message]  # the exercises whose answer is a file
+    assert sorted(r.exercise for r in files) == [
+        "ex04_distributed_training/ex2", "ex05_sharded_data/ex7", "ex06_fsdp_checkpoints/ex6",
+        "ex06_fsdp_checkpoints/ex8", "ex06_fsdp_checkpoints/ex9", "ex07_your_data/ex5"], files
 
 
 @pytest.mark.slow

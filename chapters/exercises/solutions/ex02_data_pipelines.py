@@ -23,14 +23,21 @@
 # return and what they do to their arguments: return plain values (numbers, strings, tensors,
 # arrays, lists of them), not objects of a class of your own that stand in for them.
 #
-# **Checking your own work.** A check cell tells you at once whether your answer holds up. To run
-# the hidden checks too, save this notebook, copy it into a folder of your own with one sub-folder
-# per person (`mywork/me/`) and run `make grade SUBMISSIONS=mywork` at the root of the repository:
-# `build/grades/grades.csv` holds your points, and `build/grades/feedback/me/` this notebook with a
-# message under each check cell. `make grade` runs the answers in a sandbox (bubblewrap, installed by
-# `make system-deps`); without one, `make grade SUBMISSIONS=mywork GRADE_FLAGS=--trusted` runs your
-# own code as it is. The solutions and the hidden checks are kept apart, in the instructor version of
-# this notebook, `chapters/exercises/solutions/ex02_data_pipelines.ipynb`: open it once you have tried.
+# Each exercise heading gives its points, its difficulty (★☆☆ warm-up to ★★★ challenging) and about how
+# long it takes. **Stuck?** Every exercise worth more than a point has 2–3 hints, from a nudge to the near
+# answer, shown one at a time: `hint("ex3", 1)` in a cell of your own prints the first hint of Exercise 3,
+# `hint("ex3", 2)` the next. Grading records how many you opened; it costs no points unless your instructor
+# says so.
+#
+# **Checking your own work.** A check cell tells you at once whether your answer holds up. To run the hidden
+# checks too, save this notebook and run, at the root of the repository,
+# `make grade-me NOTEBOOK=chapters/exercises/ex02_data_pipelines.ipynb` (or
+# `python -m course.grading --self chapters/exercises/ex02_data_pipelines.ipynb`): it grades this notebook where it
+# is and prints the points of each exercise with the message of each failing check
+# (`build/grade-me/report/feedback/me/` holds this notebook with a message under each check cell). It runs
+# your answers in a sandbox where bubblewrap works (`make system-deps` installs it), and otherwise as trusted
+# work, since they are your own, and says so. The solutions and the hidden checks are kept apart, in the
+# instructor version of this notebook, `chapters/exercises/solutions/ex02_data_pipelines.ipynb`: open it once you have tried.
 #
 # The first cell imports what the exercises use, seeds the random generators, picks the device and
 # writes a tiny synthetic shapes dataset (12 training images) into a temporary folder, so that the
@@ -49,8 +56,10 @@ from torchvision import datasets, transforms
 
 from common import CustomImageDataset, SyntheticConfig, ensure_data, get_device, seed_everything
 from course.assignments import checks
+from course.checks import hints
 
 generator = seed_everything(0)
+hint = hints("ex02_data_pipelines")  # hint("ex2", 1): the first hint of Exercise 2
 device = get_device()
 workdir = Path(tempfile.mkdtemp(prefix="ex02-"))
 tiny = SyntheticConfig(seed=1, num_train=12, num_val=6, min_size=24, max_size=40)
@@ -58,7 +67,7 @@ data = ensure_data(workdir / "shapes", tiny, verbose=False)
 print(f"device {device}; {len(pd.read_csv(data.labels_csv('train')))} tiny training images in a temporary folder")
 
 # %% [markdown]
-# ## Exercise 1 — The Dataset protocol (§2.2.1 Dataset与DataLoader类) · 1 point
+# ## Exercise 1 — The Dataset protocol (§2.2.1 Dataset与DataLoader类) · 1 point · ★☆☆ · ~10 min
 # Write `SquaresDataset(n)`: a map-style dataset of `n` samples where sample `i` is
 # `(torch.tensor([float(i)]), i * i)`. Support negative indices as a list does (`ds[-1]` is the last
 # sample) and raise `IndexError` for any index outside the dataset: plain `for sample in ds` relies on it.
@@ -90,9 +99,17 @@ with checks("Exercise 1"):
     assert len(ds) == 10, f"len should be 10, got {len(ds)}"
     x, y = next(iter(DataLoader(ds, batch_size=4)))
     assert x.shape == (4, 1) and y.tolist() == [0, 1, 4, 9], f"first batch: {x.tolist()}, {y.tolist()}"
+    assert ds[-1][1] == 81 and ds[-1][0].item() == 9.0, "ds[-1] is the last sample"
+    assert [y for _, y in ds] == [i * i for i in range(10)], "iteration must stop with IndexError after n samples"
+    try:
+        ds[10]
+    except IndexError:
+        pass
+    else:
+        raise AssertionError("ds[10] should raise IndexError")
 ### BEGIN HIDDEN TESTS
 ds = SquaresDataset(5)
-assert ds[-1][1] == 16 and ds[-1][0].item() == 4.0, "ds[-1] is the last sample"
+assert ds[-2][1] == 9 and ds[-5][0].item() == 0.0, "negative indices count from the end"
 assert [y for _, y in ds] == [0, 1, 4, 9, 16], "iteration must stop with IndexError after n samples"
 for bad in (5, -6, 100):
     try:
@@ -104,7 +121,7 @@ for bad in (5, -6, 100):
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 2 — A Dataset for a new CSV layout (§2.3.1 自定义数据集的创建) · 2 points
+# ## Exercise 2 — A Dataset for a new CSV layout (§2.3.1 自定义数据集的创建) · 2 points · ★★☆ · ~25 min
 # Another lab sends its annotations as a semicolon-separated file with a header `id;split;class_name`:
 # the image is `<img_dir>/<id>.jpg` and the label is the position of `class_name` in `classes`.
 # Write `SemicolonDataset(csv_path, img_dir, classes, *, split, transform=None)` that keeps only the
@@ -163,6 +180,19 @@ with checks("Exercise 2"):
     ref_image, ref_label = reference[kept[0]]
     assert label == ref_label, f"label of the first training row should be {ref_label}, got {label}"
     assert np.array_equal(np.asarray(image), np.asarray(ref_image)), "the first image differs"
+    assert isinstance(image, Image.Image) and image.mode == "RGB", "without a transform, a PIL RGB image"
+    tensors = SemicolonDataset(semicolon_csv, data.images_dir("train"), data.classes, split="train",
+                               transform=transforms.ToTensor())
+    assert isinstance(tensors[0][0], torch.Tensor), "apply the transform"
+    broken = layout.copy()
+    broken.loc[3, "class_name"] = "pentagon"  # a test row: reading the train split must still refuse it
+    broken.to_csv(workdir / "broken.csv", sep=";", index=False)
+    try:
+        SemicolonDataset(workdir / "broken.csv", data.images_dir("train"), data.classes, split="train")
+    except ValueError as error:
+        assert "line 5" in str(error), f"name the CSV line (line 5) in the error: {error}"
+    else:
+        raise AssertionError("an unknown class must raise ValueError, whatever the row's split")
 ### BEGIN HIDDEN TESTS
 test_ds = SemicolonDataset(semicolon_csv, data.images_dir("train"), data.classes, split="test",
                            transform=transforms.ToTensor())
@@ -170,18 +200,18 @@ assert len(test_ds) == len(reference) - len(kept), "the test split has the other
 image, label = test_ds[1]
 assert isinstance(image, torch.Tensor) and label == reference[3][1], "transform or label is wrong"
 broken = layout.copy()
-broken.loc[3, "class_name"] = "pentagon"
+broken.loc[7, "class_name"] = "heptagon"  # a training row
 broken.to_csv(workdir / "broken.csv", sep=";", index=False)
 try:
-    SemicolonDataset(workdir / "broken.csv", data.images_dir("train"), data.classes, split="train")
+    SemicolonDataset(workdir / "broken.csv", data.images_dir("train"), data.classes, split="test")
 except ValueError as error:
-    assert "line 5" in str(error), f"name the CSV line (line 5) in the error: {error}"
+    assert "line 9" in str(error), f"name the CSV line (line 9) in the error: {error}"
 else:
     raise AssertionError("an unknown class must raise ValueError")
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 3 — Normalization statistics (§2.2.2 数据增强与归一化) · 2 points
+# ## Exercise 3 — Normalization statistics (§2.2.2 数据增强与归一化) · 2 points · ★★☆ · ~20 min
 # `transforms.Normalize(mean, std)` needs the per-channel mean and standard deviation of the
 # training images. Write `channel_stats(loader)` that computes both from a loader of
 # `(images, labels)` batches (`images` of shape `(B, 3, H, W)`), one batch at a time: keep running
@@ -209,9 +239,10 @@ def channel_stats(loader) -> tuple[torch.Tensor, torch.Tensor]:
 with checks("Exercise 3"):
     to_tensor = transforms.Compose([transforms.Resize((32, 32)), transforms.ToTensor()])
     ds = CustomImageDataset(data.labels_csv("train"), data.images_dir("train"), transform=to_tensor)
-    mean, std = channel_stats(DataLoader(ds, batch_size=4))
+    mean, std = channel_stats(DataLoader(ds, batch_size=5))  # 12 images: batches of 5, 5 and 2
     everything = torch.stack([image for image, _ in ds])
     assert mean.shape == (3,) and std.shape == (3,), "return two tensors of shape (3,)"
+    assert mean.dtype == torch.float32 and std.dtype == torch.float32, "return float32 tensors"
     assert torch.allclose(mean, everything.mean(dim=(0, 2, 3)), atol=1e-5), "the mean is wrong"
     assert torch.allclose(std, everything.std(dim=(0, 2, 3), correction=0), atol=1e-5), \
         "the std is wrong (population std over all pixels)"
@@ -227,7 +258,7 @@ assert mean.dtype == torch.float32 and std.dtype == torch.float32, "return float
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 4 — Completing the guide's `CustomDataset` (§2.3.1 自定义数据集的创建) · 2 points
+# ## Exercise 4 — Completing the guide's `CustomDataset` (§2.3.1 自定义数据集的创建) · 2 points · ★★☆ · ~15 min
 # The guide's `CustomDataset(file_list, transform)` calls `self.get_label(img_path)` but never
 # writes it. Write `FolderDataset`: the classes (kept as `self.classes`) are the sorted names of the
 # files' parent folders, `get_label(path)` is the index of the parent folder's name among them, and
@@ -273,7 +304,10 @@ with checks("Exercise 4"):
     assert len(ds) == len(folder), f"expected {len(folder)} samples, got {len(ds)}"
     labels = [ds.get_label(path) for path in files]
     assert labels == folder.targets, "labels differ from ImageFolder's"
+    assert ds.classes == folder.classes, f"self.classes: the sorted folder names {folder.classes}, got {ds.classes}"
     assert ds[0][1] == folder.targets[0], "__getitem__ returns (image, label)"
+    image, _ = FolderDataset(files, transform=transforms.ToTensor())[0]
+    assert isinstance(image, torch.Tensor), "apply the transform, as the guide's CustomDataset does"
 ### BEGIN HIDDEN TESTS
 two = [path for path, target in folder.samples if target in (1, 4)]
 ds = FolderDataset(list(reversed(two)), transform=transforms.ToTensor())
@@ -284,7 +318,7 @@ assert label == (1 if Path(two[-1]).parent.name == folder.classes[4] else 0)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 5 — Batching images of different sizes (§2.2.1 Dataset与DataLoader类) · 3 points
+# ## Exercise 5 — Batching images of different sizes (§2.2.1 Dataset与DataLoader类) · 3 points · ★★★ · ~25 min
 # Without a `Resize`, the default `collate_fn` cannot stack images of different sizes. Write
 # `pad_collate(batch)` for a list of `(image, label)` pairs with `image` a `(C, H, W)` tensor: return
 # `images` of shape `(B, C, max H, max W)` (same dtype as the inputs), each image in the top-left
@@ -312,8 +346,16 @@ with checks("Exercise 5"):
     images, labels, sizes = next(iter(DataLoader(ds, batch_size=5, collate_fn=pad_collate)))
     originals = [ds[i][0] for i in range(5)]
     assert images.shape == (5, 3, max(o.shape[1] for o in originals), max(o.shape[2] for o in originals))
+    assert images.dtype == originals[0].dtype, "keep the input dtype"
     assert labels.tolist() == [ds[i][1] for i in range(5)] and labels.dtype == torch.int64
     assert sizes.tolist() == [list(o.shape[1:]) for o in originals], "sizes are the original (H, W)"
+    assert sizes.dtype == torch.int64, "sizes is an int64 tensor"
+    for i, original in enumerate(originals):
+        h, w = original.shape[1:]
+        assert torch.equal(images[i, :, :h, :w], original), f"image {i} goes top-left, unchanged"
+        rest = images[i].clone()
+        rest[:, :h, :w] = 0
+        assert not rest.any(), f"image {i}: zeros everywhere else"
 ### BEGIN HIDDEN TESTS
 batch = [(torch.full((1, 2, 3), 7, dtype=torch.uint8), 0), (torch.ones(1, 4, 1, dtype=torch.uint8), 1)]
 images, labels, sizes = pad_collate(batch)

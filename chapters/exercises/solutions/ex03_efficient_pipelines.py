@@ -22,14 +22,21 @@
 # return and what they do to their arguments: return plain values (numbers, strings, tensors,
 # arrays, lists of them), not objects of a class of your own that stand in for them.
 #
-# **Checking your own work.** A check cell tells you at once whether your answer holds up. To run
-# the hidden checks too, save this notebook, copy it into a folder of your own with one sub-folder
-# per person (`mywork/me/`) and run `make grade SUBMISSIONS=mywork` at the root of the repository:
-# `build/grades/grades.csv` holds your points, and `build/grades/feedback/me/` this notebook with a
-# message under each check cell. `make grade` runs the answers in a sandbox (bubblewrap, installed by
-# `make system-deps`); without one, `make grade SUBMISSIONS=mywork GRADE_FLAGS=--trusted` runs your
-# own code as it is. The solutions and the hidden checks are kept apart, in the instructor version of
-# this notebook, `chapters/exercises/solutions/ex03_efficient_pipelines.ipynb`: open it once you have tried.
+# Each exercise heading gives its points, its difficulty (★☆☆ warm-up to ★★★ challenging) and about how
+# long it takes. **Stuck?** Every exercise worth more than a point has 2–3 hints, from a nudge to the near
+# answer, shown one at a time: `hint("ex3", 1)` in a cell of your own prints the first hint of Exercise 3,
+# `hint("ex3", 2)` the next. Grading records how many you opened; it costs no points unless your instructor
+# says so.
+#
+# **Checking your own work.** A check cell tells you at once whether your answer holds up. To run the hidden
+# checks too, save this notebook and run, at the root of the repository,
+# `make grade-me NOTEBOOK=chapters/exercises/ex03_efficient_pipelines.ipynb` (or
+# `python -m course.grading --self chapters/exercises/ex03_efficient_pipelines.ipynb`): it grades this notebook where it
+# is and prints the points of each exercise with the message of each failing check
+# (`build/grade-me/report/feedback/me/` holds this notebook with a message under each check cell). It runs
+# your answers in a sandbox where bubblewrap works (`make system-deps` installs it), and otherwise as trusted
+# work, since they are your own, and says so. The solutions and the hidden checks are kept apart, in the
+# instructor version of this notebook, `chapters/exercises/solutions/ex03_efficient_pipelines.ipynb`: open it once you have tried.
 #
 # The first cell imports what the exercises use, seeds the random generators, picks the device and
 # writes a tiny synthetic shapes dataset (12 training images) into a temporary folder, so that the
@@ -54,8 +61,10 @@ from common import (
     seed_everything,
 )
 from course.assignments import checks
+from course.checks import hints
 
 seed_everything(0)
+hint = hints("ex03_efficient_pipelines")  # hint("ex2", 1): the first hint of Exercise 2
 device = get_device()
 workdir = Path(tempfile.mkdtemp(prefix="ex03-"))
 data = ensure_data(workdir / "shapes", SyntheticConfig(seed=2, num_train=12, num_val=6, min_size=24,
@@ -63,7 +72,7 @@ data = ensure_data(workdir / "shapes", SyntheticConfig(seed=2, num_train=12, num
 print(f"device {device}; tiny data in a temporary folder ({data.root.parent.name})")
 
 # %% [markdown]
-# ## Exercise 1 — Standardize a channels-last batch with its own statistics · 1 point
+# ## Exercise 1 — Standardize a channels-last batch with its own statistics · 1 point · ★☆☆ · ~15 min
 # The chapter normalized channels-first crops with fixed ImageNet constants. Here the batch comes
 # channels-last, as decoders and memmap caches often store it, and the statistics come from the batch
 # itself. Write `standardize_batch(images)`: `images` is a uint8 tensor `(B, H, W, C)` (any `C`);
@@ -89,12 +98,30 @@ def standardize_batch(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
 # %% nbgrader={"grade": true, "grade_id": "ex1-tests", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 with checks("Exercise 1"):
     images = torch.randint(0, 256, (4, 6, 5, 3), dtype=torch.uint8)
+    kept = images.clone()
     out, mean, std = standardize_batch(images)
+    assert torch.equal(images, kept), "do not modify the uint8 batch"
     assert out.shape == (4, 3, 6, 5) and out.dtype == torch.float32, \
         f"expected float32 (4, 3, 6, 5), got {out.dtype} {tuple(out.shape)}"
     assert out.is_contiguous(), "return a contiguous channels-first batch"
     assert mean.shape == (3,) and std.shape == (3,), f"mean and std have shape (C,), got {tuple(mean.shape)}"
+    assert mean.dtype == std.dtype == torch.float32, f"mean and std are float32, got {mean.dtype} {std.dtype}"
+    x = kept.float() / 255
+    assert torch.allclose(mean, x.mean(dim=(0, 1, 2)), atol=1e-6) and \
+        torch.allclose(std, x.std(dim=(0, 1, 2), correction=0), atol=1e-6), \
+        "statistics over the whole batch, on the [0, 1] scale, with correction=0"
     assert out.mean(dim=(0, 2, 3)).abs().max() < 1e-4, "each channel of the result should have mean 0"
+    assert torch.allclose(out, ((x - mean) / std).permute(0, 3, 1, 2), atol=1e-5), \
+        "wrong values: (x - mean) / std per channel, then (B, H, W, C) -> (B, C, H, W)"
+    flat, _, _ = standardize_batch(torch.full((1, 2, 2, 1), 9, dtype=torch.uint8))
+    assert flat.shape == (1, 1, 2, 2) and torch.isfinite(flat).all() and flat.abs().max() < 0.05, \
+        "a constant channel gives zeros (std clamped to 1e-6), not NaN"
+    try:
+        standardize_batch(torch.rand(1, 2, 2, 3))
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("raise ValueError for a batch that is not a 4-D uint8 tensor")
 ### BEGIN HIDDEN TESTS
 images = torch.zeros(2, 3, 4, 2, dtype=torch.uint8)
 images[0, ..., 0], images[1, ..., 0] = 0, 255  # channel 0: half the batch black, half white
@@ -117,7 +144,7 @@ flat, _, _ = standardize_batch(single)
 # rounding may leave (x - mean) a few ulp from 0, which the 1e-6 floor keeps far below 1
 assert flat.shape == (1, 1, 2, 2) and torch.isfinite(flat).all() and flat.abs().max() < 0.05, \
     "a constant channel gives zeros (std clamped to 1e-6), not NaN"
-for bad in (torch.rand(1, 2, 2, 3), torch.zeros(2, 2, 3, dtype=torch.uint8)):
+for bad in (torch.zeros(2, 2, 3, dtype=torch.uint8), torch.zeros(1, 2, 2, 3, dtype=torch.int16)):
     try:
         standardize_batch(bad)
     except ValueError:
@@ -127,7 +154,7 @@ for bad in (torch.rand(1, 2, 2, 3), torch.zeros(2, 2, 3, dtype=torch.uint8)):
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 2 — An index that does not grow in every worker · 2 points
+# ## Exercise 2 — An index that does not grow in every worker · 2 points · ★★☆ · ~15 min
 # A dataset that keeps its samples as a Python list of `(path, label)` tuples makes every DataLoader
 # worker slowly copy that list: reading a Python object writes its reference count, and the
 # copy-on-write pages are duplicated per worker. Write `CompactDataset(samples)` that keeps the
@@ -167,6 +194,15 @@ with checks("Exercise 2"):
     assert len(ds) == 50 and ds[7] == samples[7], f"ds[7] should be {samples[7]}, got {ds[7]}"
     assert type(ds[7][0]) is str and type(ds[7][1]) is int, "return a str and an int"
     assert not python_containers(ds, 50), f"Python containers of samples: {python_containers(ds, 50)}"
+    assert isinstance(ds.paths, np.ndarray) and ds.paths.dtype.kind == "U", \
+        "self.paths is a fixed-width NumPy string array (dtype=np.str_), not an object array"
+    assert isinstance(ds.labels, np.ndarray) and ds.labels.dtype == np.int64, "self.labels is an int64 array"
+    # what the arrays mean, by behaviour: a copy given other arrays serves those, whatever else it keeps
+    swapped = copy.copy(ds)
+    swapped.paths, swapped.labels = np.array(["a.png", "b.png"], dtype=np.str_), np.array([5, 3], dtype=np.int64)
+    assert len(swapped) == 2, "len(ds) must be the length of self.labels"
+    assert [swapped[0], swapped[1]] == [("a.png", 5), ("b.png", 3)], \
+        "ds[i] must read self.paths[i] and self.labels[i], not a copy of the samples kept elsewhere"
 ### BEGIN HIDDEN TESTS
 ds = CompactDataset(samples)
 arrays = [value for value in vars(ds).values() if isinstance(value, np.ndarray)]
@@ -174,7 +210,6 @@ assert arrays, "keep the index in NumPy arrays"
 assert all(a.dtype != object for a in arrays), \
     "an object array is still a list of Python objects: use dtype=np.str_ and np.int64"
 assert [ds[i] for i in range(50)] == samples, "every sample must come back unchanged"
-# what the arrays mean, by behaviour: a copy given other arrays serves those, whatever else it keeps
 rng = np.random.default_rng(3)
 other_paths = np.array([f"other/{rng.integers(10**6):06d}.png" for _ in range(37)], dtype=np.str_)
 other_labels = rng.integers(0, 9, 37).astype(np.int64)
@@ -187,7 +222,7 @@ assert [swapped[i] for i in range(37)] == wanted, \
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 3 — A spawn-safe random transform · 2 points
+# ## Exercise 3 — A spawn-safe random transform · 2 points · ★★☆ · ~15 min
 # With the `spawn` start method (macOS and Windows default) each worker receives a pickled copy of
 # the dataset and its transforms, so a transform must be picklable (a class with plain attributes,
 # no lambdas), and its randomness must come from `torch`'s global generator, which the DataLoader
@@ -221,27 +256,40 @@ with checks("Exercise 3"):
     again = pickle.loads(pickle.dumps(transform))(image)
     assert torch.equal(first, again), "a pickled copy with the same torch seed gives the same result"
     assert (first - image).abs().max() <= 0.2 + 1e-6, "the offset must stay within max_delta"
+    try:
+        RandomBrightness(0.2)
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("max_delta must be keyword-only")
+    workers = [copy.deepcopy(pickle.loads(pickle.dumps(transform))) for _ in range(2)]
+    outputs = []
+    for worker_id, worker in enumerate(workers):
+        torch.manual_seed(1000 + worker_id)  # what DataLoader does in each worker
+        outputs.append(worker(image))
+    assert not torch.equal(outputs[0], outputs[1]), \
+        "two workers with different torch seeds must differ: draw with torch.rand, not a stored generator"
+    assert transform(torch.ones(3, 2, 2)).max() <= 1 and transform(torch.zeros(3, 2, 2)).min() >= 0, \
+        "clamp to [0, 1]"
 ### BEGIN HIDDEN TESTS
-transform = RandomBrightness(max_delta=0.2)
-try:
-    RandomBrightness(0.2)
-except TypeError:
-    pass
-else:
-    raise AssertionError("max_delta must be keyword-only")
-workers = [copy.deepcopy(pickle.loads(pickle.dumps(transform))) for _ in range(2)]
+small = RandomBrightness(max_delta=0.05)
+for seed in range(5):
+    torch.manual_seed(seed)
+    assert (small(image) - image).abs().max() <= 0.05 + 1e-6, "the offset must stay within max_delta"
+strong = RandomBrightness(max_delta=0.9)
+for seed in range(5):
+    torch.manual_seed(seed)
+    shifted = strong(torch.full((1, 2, 2), 0.5))
+    assert shifted.max() <= 1 and shifted.min() >= 0, "clamp to [0, 1]"
 outputs = []
-for worker_id, worker in enumerate(workers):
-    torch.manual_seed(1000 + worker_id)  # what DataLoader does in each worker
-    outputs.append(worker(image))
-assert not torch.equal(outputs[0], outputs[1]), \
-    "two workers with different torch seeds must differ: draw with torch.rand, not a stored generator"
-assert transform(torch.ones(3, 2, 2)).max() <= 1 and transform(torch.zeros(3, 2, 2)).min() >= 0, \
-    "clamp to [0, 1]"
+for seed in (7, 8):
+    torch.manual_seed(seed)
+    outputs.append(small(image))
+assert not torch.equal(outputs[0], outputs[1]), "different torch seeds give different offsets"
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 4 — How long does the loop wait for data? · 2 points
+# ## Exercise 4 — How long does the loop wait for data? · 2 points · ★★☆ · ~20 min
 # Write `data_wait_fraction(loader, step, *, clock=time.perf_counter)`: iterate over `loader`, call
 # `step(batch)` for every batch, and return the fraction of the total time spent waiting for the next
 # batch (inside `next(...)` on the loader's iterator, including the final wait that ends the loop).
@@ -292,23 +340,24 @@ with checks("Exercise 4"):
 
     fraction = data_wait_fraction(slow_loader(clock, 4, 3.0), step, clock=clock)
     assert abs(fraction - 0.75) < 1e-9, f"3 s waiting and 1 s computing per batch is 0.75, got {fraction}"
+
+    def tail_loader(clock, batches, cost, tail):
+        yield from slow_loader(clock, batches, cost)
+        clock.now += tail  # the loader is slow to say it is finished
+
+    clock = FakeClock()
+    fraction = data_wait_fraction(tail_loader(clock, 2, 1.0, 4.0), step, clock=clock)
+    assert abs(fraction - 6.0 / 8.0) < 1e-9, f"count the final wait too: expected 0.75, got {fraction}"
 ### BEGIN HIDDEN TESTS
 clock = FakeClock()
-
-
-def tail_loader(clock):
-    yield from slow_loader(clock, 2, 1.0)
-    clock.now += 4.0  # the loader is slow to say it is finished
-
-
-fraction = data_wait_fraction(tail_loader(clock), step, clock=clock)
-assert abs(fraction - 6.0 / 8.0) < 1e-9, f"count the final wait too: expected 0.75, got {fraction}"
+fraction = data_wait_fraction(tail_loader(clock, 3, 2.0, 1.0), step, clock=clock)
+assert abs(fraction - 7.0 / 10.0) < 1e-9, f"count the final wait too: expected 0.7, got {fraction}"
 clock = FakeClock()
 assert data_wait_fraction(slow_loader(clock, 3, 0.0), step, clock=clock) == 0.0, "no waiting"
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 5 — A cache for images of different sizes: one file and an offset index · 3 points
+# ## Exercise 5 — A cache for images of different sizes: one file and an offset index · 3 points · ★★★ · ~30 min
 # The chapter's cache resized every image to one shape, so row `i` sat at a fixed place. Keep each
 # image at its own size instead, and find it through an index. Write two functions.
 # `build_ragged_cache(dataset, path)`: `dataset[i]` is `(PIL image, label)`; write each image's
@@ -358,30 +407,42 @@ with checks("Exercise 5"):
     image = read_image(workdir / "train.ragged", offsets, shapes, 0)
     assert np.array_equal(image, np.asarray(ds[0][0].convert("RGB"))), "image 0 differs from the dataset's"
     assert labels.tolist() == ds.labels.tolist(), "labels differ"
+    path = workdir / "train.ragged"
+    originals = [np.asarray(ds[i][0].convert("RGB")) for i in range(len(ds))]
+    assert path.stat().st_size == sum(a.nbytes for a in originals) == offsets[-1], \
+        "the file holds the images' bytes and nothing else, and offsets[-1] is its size"
+    assert shapes.tolist() == [list(a.shape) for a in originals], "shapes holds (H, W, 3) per image, in order"
+    assert not read_image(path, offsets, shapes, 1).flags.writeable, "open the file read-only (mode='r')"
+    try:
+        read_image(path, offsets, shapes, len(ds))
+    except IndexError:
+        pass
+    else:
+        raise AssertionError(f"read_image(..., {len(ds)}) must raise IndexError")
+    # read_image reads only the path and the index it is given: another file, of images the dataset does not hold
+    other = workdir / "other.ragged"
+    pieces = [np.arange(2 * 5 * 3, dtype=np.uint8).reshape(2, 5, 3), np.full((4, 1, 3), 9, dtype=np.uint8)]
+    other.write_bytes(b"".join(p.tobytes() for p in pieces))
+    index, sizes = np.array([0, 30, 42], dtype=np.int64), np.array([[2, 5, 3], [4, 1, 3]], dtype=np.int64)
+    assert np.array_equal(read_image(other, index, sizes, 1), pieces[1]), \
+        "read image i at offsets[i] with shape shapes[i], from the file at path"
 ### BEGIN HIDDEN TESTS
-path = workdir / "train.ragged"
-offsets, shapes, labels = build_ragged_cache(ds, path)
-originals = [np.asarray(ds[i][0].convert("RGB")) for i in range(len(ds))]
-assert path.stat().st_size == sum(a.nbytes for a in originals) == offsets[-1], \
-    "the file holds the images' bytes and nothing else, and offsets[-1] is its size"
-assert shapes.tolist() == [list(a.shape) for a in originals], "shapes holds (H, W, 3) per image, in order"
 for i, original in enumerate(originals):
     got = read_image(path, offsets, shapes, i)
     assert got.dtype == np.uint8 and np.array_equal(got, original), f"image {i} differs: read its bytes from offsets[i], shaped shapes[i]"
 assert not read_image(path, offsets, shapes, 4).flags.writeable, "open the file read-only (mode='r')"
-for bad in (-1, len(ds)):
+for bad in (-1, len(ds) + 3):
     try:
         read_image(path, offsets, shapes, bad)
     except IndexError:
         pass
     else:
         raise AssertionError(f"read_image(..., {bad}) must raise IndexError")
-# read_image reads only the path and the index it is given: another file, of images the dataset does not hold
-other = workdir / "other.ragged"
-pieces = [np.arange(2 * 5 * 3, dtype=np.uint8).reshape(2, 5, 3), np.full((4, 1, 3), 9, dtype=np.uint8)]
-other.write_bytes(b"".join(p.tobytes() for p in pieces))
-index, sizes = np.array([0, 30, 42], dtype=np.int64), np.array([[2, 5, 3], [4, 1, 3]], dtype=np.int64)
-assert np.array_equal(read_image(other, index, sizes, 1), pieces[1]), \
+third = workdir / "third.ragged"
+parts = [np.full((1, 1, 3), 200, dtype=np.uint8), np.arange(3 * 2 * 3, dtype=np.uint8).reshape(3, 2, 3)]
+third.write_bytes(b"".join(p.tobytes() for p in parts))
+index, sizes = np.array([0, 3, 21], dtype=np.int64), np.array([[1, 1, 3], [3, 2, 3]], dtype=np.int64)
+assert np.array_equal(read_image(third, index, sizes, 1), parts[1]), \
     "read image i at offsets[i] with shape shapes[i], from the file at path"
 ### END HIDDEN TESTS
 

@@ -24,14 +24,24 @@
 # return and what they do to their arguments: return plain values (numbers, strings, tensors,
 # arrays, lists of them), not objects of a class of your own that stand in for them.
 #
-# **Checking your own work.** A check cell tells you at once whether your answer holds up. To run
-# the hidden checks too, save this notebook, copy it into a folder of your own with one sub-folder
-# per person (`mywork/me/`) and run `make grade SUBMISSIONS=mywork` at the root of the repository:
-# `build/grades/grades.csv` holds your points, and `build/grades/feedback/me/` this notebook with a
-# message under each check cell. `make grade` runs the answers in a sandbox (bubblewrap, installed by
-# `make system-deps`); without one, `make grade SUBMISSIONS=mywork GRADE_FLAGS=--trusted` runs your
-# own code as it is. The solutions and the hidden checks are kept apart, in the instructor version of
-# this notebook, `chapters/exercises/solutions/ex04_distributed_training.ipynb`: open it once you have tried.
+# Some answers are files, not cells: the exercise names the script in `ex04_work/` (beside this notebook)
+# that you fix and save; its check runs that file.
+#
+# Each exercise heading gives its points, its difficulty (★☆☆ warm-up to ★★★ challenging) and about how
+# long it takes. **Stuck?** Every exercise worth more than a point has 2–3 hints, from a nudge to the near
+# answer, shown one at a time: `hint("ex3", 1)` in a cell of your own prints the first hint of Exercise 3,
+# `hint("ex3", 2)` the next. Grading records how many you opened; it costs no points unless your instructor
+# says so.
+#
+# **Checking your own work.** A check cell tells you at once whether your answer holds up. To run the hidden
+# checks too, save this notebook and run, at the root of the repository,
+# `make grade-me NOTEBOOK=chapters/exercises/ex04_distributed_training.ipynb` (or
+# `python -m course.grading --self chapters/exercises/ex04_distributed_training.ipynb`): it grades this notebook where it
+# is, with its answer files, and prints the points of each exercise with the message of each failing check
+# (`build/grade-me/report/feedback/me/` holds this notebook with a message under each check cell). It runs
+# your answers in a sandbox where bubblewrap works (`make system-deps` installs it), and otherwise as trusted
+# work, since they are your own, and says so. The solutions and the hidden checks are kept apart, in the
+# instructor version of this notebook, `chapters/exercises/solutions/ex04_distributed_training.ipynb`: open it once you have tried.
 #
 # The first cell imports what the exercises use, seeds the random generators, picks the device and
 # makes a temporary working folder (Exercise 4 writes its snapshots there).
@@ -50,17 +60,20 @@ from torch.utils.data import DistributedSampler
 
 from common import get_device, seed_everything
 from common.ddp.launch import launch_env, torchrun_command
+from common.source import show_file
 from course.assignments import checks
+from course.checks import hints
 
 seed_everything(0)
 device = get_device()
 workdir = Path(tempfile.mkdtemp(prefix="ex04-"))
-WORK = Path("ex04_work")  # the scripts of Exercise 2 (git-ignored)
+WORK = Path("ex04_work")  # Exercise 2's scripts: broken_ddp.py and your answer, fixed_ddp.py
 WORK.mkdir(exist_ok=True)
+hint = hints("ex04_distributed_training")  # hint("ex2", 1): the first hint of Exercise 2
 print(f"device {device}; temporary working folder {workdir.name}")
 
 # %% [markdown]
-# ## Exercise 1 — Splitting indices across ranks · 1 point
+# ## Exercise 1 — Splitting indices across ranks · 1 point · ★☆☆ · ~10 min
 # Write `shard_indices(n, *, rank, world_size)` without using `DistributedSampler`: the indices rank
 # `rank` reads from a dataset of `n` samples when nothing is shuffled. Every rank must get the same
 # number of indices, so the list `0 .. n-1` is first padded by repeating it from its beginning
@@ -81,8 +94,10 @@ with checks("Exercise 1"):
     got = [shard_indices(10, rank=r, world_size=4) for r in range(4)]
     want = [list(DistributedSampler(range(10), num_replicas=4, rank=r, shuffle=False)) for r in range(4)]
     assert got == want, f"expected {want}, got {got}"
+    got = [shard_indices(2, rank=r, world_size=5) for r in range(5)]
+    assert got == [[0], [1], [0], [1], [0]], f"2 samples on 5 ranks: repeat the list as often as needed; got {got}"
 ### BEGIN HIDDEN TESTS
-for n, world_size in ((1, 3), (7, 2), (12, 3), (5, 5)):
+for n, world_size in ((1, 3), (7, 2), (12, 3), (5, 5), (3, 8)):
     for rank in range(world_size):
         want = list(DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=False))
         assert shard_indices(n, rank=rank, world_size=world_size) == want, \
@@ -90,64 +105,15 @@ for n, world_size in ((1, 3), (7, 2), (12, 3), (5, 5)):
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 2 — Debug a DDP script from what it prints · 2 points
+# ## Exercise 2 — Debug a DDP script from what it prints · 2 points · ★★☆ · ~25 min
 # The script below trains a tiny model on 64 samples with DDP, and runs without an error. Its author is not
 # happy with what it prints: the log does not read like 3 epochs over a dataset of 64 samples trained by 2
-# processes. The next cell writes it to `ex04_work/broken_ddp.py` (git-ignored); the one after runs it on 2
-# processes with `torchrun`. Find out from the output what is wrong, then in the script why.
+# processes. It is the file `ex04_work/broken_ddp.py` beside this notebook; the next cell shows it, and the one
+# after `run_ddp` runs it on 2 processes with `torchrun` (about 15 s on a 2-core laptop). Find out from the
+# output what is wrong, then in the script why.
 
-# %%
-# %%writefile ex04_work/broken_ddp.py
-"""A DDP training script with three bugs.
-
-    torchrun --standalone --nproc_per_node=2 broken_ddp.py --out FOLDER
-"""
-
-import argparse
-from pathlib import Path
-
-import torch
-import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    try:
-        torch.manual_seed(0)
-        features = torch.randn(64, 4)
-        dataset = TensorDataset(features, (features.sum(1) > 0).long(), torch.arange(64))
-        sampler = DistributedSampler(dataset, shuffle=True, seed=0)
-        loader = DataLoader(dataset, batch_size=8, sampler=sampler)
-        model = DDP(nn.Linear(4, 2))
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        for epoch in range(3):
-            correct, seen, first = 0, 0, None
-            for inputs, labels, indices in loader:
-                first = indices.tolist() if first is None else first
-                optimizer.zero_grad()
-                logits = model(inputs)
-                nn.functional.cross_entropy(logits, labels).backward()
-                optimizer.step()
-                correct += (logits.argmax(1) == labels).sum().item()
-                seen += len(labels)
-            if rank == 0:
-                print(f"epoch {epoch}: {seen} samples, accuracy {correct / seen:.2f}, first indices {first}")
-        torch.save(model.module.state_dict(), args.out / "model.pt")
-        print(f"rank {rank}: saved model.pt")
-    finally:
-        dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()
+# %% tags=["demo"]
+show_file(WORK / "broken_ddp.py")
 
 # %% [markdown]
 # `run_ddp` starts a script like that under `torchrun --standalone --nproc_per_node=2` and returns what
@@ -171,82 +137,26 @@ def run_ddp(script: Path, out: Path, ranks: int = 2) -> str:
 print(run_ddp(WORK / "broken_ddp.py", WORK / "broken"))
 
 # %% [markdown]
-# Write the corrected script as the text of `fixed_script`; the check below saves it as
-# `ex04_work/fixed_ddp.py` and runs it (an answer cell holds definitions only). Copy the script above between
-# its `'''` quotes and fix what makes its output wrong: on 2 ranks, each epoch's printed count and accuracy
-# cover all 64 samples, no two epochs start with the same batch, and `model.pt` is written once (with the line
-# `rank 0: saved model.pt`). Keep the printed lines as they are. Chapter 4.1 shows every tool it takes; the
-# hidden checks compare the saved weights with those of a correct run.
+# Your answer is a file: `ex04_work/fixed_ddp.py`, handed out as a copy of the broken script whose first line
+# raises `NotImplementedError`. Open it (in JupyterLab: the file browser, `ex04_work`), delete that line, fix
+# what makes the output wrong and save it; the check below runs it on 2 processes (about 15 s). What it must
+# do: on 2 ranks, each epoch's printed count and accuracy cover all 64 samples, no two epochs start with the
+# same batch, and `model.pt` is written once (with the line `rank 0: saved model.pt`). Keep the printed lines
+# as they are. Chapter 4.1 shows every tool it takes; the hidden checks run it on 4 ranks too and compare the
+# saved weights with those of a correct run. Stuck? `hint("ex2", 1)` in a cell of your own gives a nudge,
+# `hint("ex2", 2)` and `hint("ex2", 3)` come closer to the answer.
 
-# %% nbgrader={"grade": false, "grade_id": "ex2-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
-fixed_script = '''
-### BEGIN SOLUTION
-"""A DDP training script, fixed: a new shuffle every epoch, reduced counts, rank 0 saves.
-
-    torchrun --standalone --nproc_per_node=2 fixed_ddp.py --out FOLDER
-"""
-
-import argparse
-from pathlib import Path
-
-import torch
-import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    try:
-        torch.manual_seed(0)
-        features = torch.randn(64, 4)
-        dataset = TensorDataset(features, (features.sum(1) > 0).long(), torch.arange(64))
-        sampler = DistributedSampler(dataset, shuffle=True, seed=0)
-        loader = DataLoader(dataset, batch_size=8, sampler=sampler)
-        model = DDP(nn.Linear(4, 2))
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        for epoch in range(3):
-            sampler.set_epoch(epoch)  # a new shuffle every epoch
-            correct, seen, first = 0, 0, None
-            for inputs, labels, indices in loader:
-                first = indices.tolist() if first is None else first
-                optimizer.zero_grad()
-                logits = model(inputs)
-                nn.functional.cross_entropy(logits, labels).backward()
-                optimizer.step()
-                correct += (logits.argmax(1) == labels).sum().item()
-                seen += len(labels)
-            totals = torch.tensor([correct, seen])
-            dist.all_reduce(totals)  # counts of all ranks
-            correct, seen = totals.tolist()
-            if rank == 0:
-                print(f"epoch {epoch}: {seen} samples, accuracy {correct / seen:.2f}, first indices {first}")
-        if rank == 0:  # one rank writes the file
-            torch.save(model.module.state_dict(), args.out / "model.pt")
-            print(f"rank {rank}: saved model.pt")
-    finally:
-        dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()
-### END SOLUTION
-'''
+# %% nbgrader={"grade": false, "grade_id": "ex2-answer", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["answer-file:ex04_work/fixed_ddp.py:ex04_work/broken_ddp.py"]
+# Exercise 2's answer is the file ex04_work/fixed_ddp.py, not this cell: fix the script there and save it.
+# (Grading takes that file from beside your notebook.)
 
 # %% nbgrader={"grade": true, "grade_id": "ex2-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 with checks("Exercise 2"):
-    (WORK / "fixed_ddp.py").write_text(fixed_script)
     printed = run_ddp(WORK / "fixed_ddp.py", WORK / "fixed")
     epochs = re.findall(r"^epoch (\d+): (\d+) samples, accuracy [\d.]+, first indices (\[.*\])$", printed, re.M)
     assert len(epochs) == 3, f"expected one line per epoch from rank 0, got:\n{printed}"
     assert all(int(n) == 64 for _, n, _ in epochs), "each epoch covers all 64 samples: all_reduce the counts"
-    assert epochs[0][2] != epochs[1][2], "epochs 0 and 1 start with the same batch: call sampler.set_epoch"
+    assert len({first for _, _, first in epochs}) == 3, "two epochs start with the same batch: call sampler.set_epoch"
     saves = re.findall(r"^rank (\d+): saved model.pt$", printed, re.M)
     assert saves == ["0"], f"only rank 0 may save; saved by ranks {saves}"
 ### BEGIN HIDDEN TESTS
@@ -284,7 +194,7 @@ assert "destroy_process_group" in (WORK / "fixed_ddp.py").read_text(), "leave th
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 3 — What the all-reduce does · 2 points
+# ## Exercise 3 — What the all-reduce does · 2 points · ★☆☆ · ~10 min
 # In DDP every rank computes gradients on its own part of the batch, and an all-reduce replaces each
 # gradient by the mean over ranks. Simulate that in one process: write `average_gradients(replicas)`
 # for a list of identical models after `backward()`, setting every parameter's `.grad` in every
@@ -317,9 +227,10 @@ with checks("Exercise 3"):
     replicas = replicas_after_backward(model, images, labels, world_size=2)
     average_gradients(replicas)
     nn.functional.cross_entropy(model(images), labels).backward()
-    for p, q in zip(model.parameters(), replicas[0].parameters(), strict=True):
-        assert torch.allclose(p.grad, q.grad, atol=1e-6), \
-            "after averaging, each replica holds the full-batch gradient"
+    for replica in replicas:
+        for p, q in zip(model.parameters(), replica.parameters(), strict=True):
+            assert torch.allclose(p.grad, q.grad, atol=1e-6), \
+                "after averaging, each replica holds the full-batch gradient"
 ### BEGIN HIDDEN TESTS
 model.zero_grad()
 replicas = replicas_after_backward(model, images[:6], labels[:6], world_size=3)
@@ -331,7 +242,7 @@ for p, *qs in zip(model.parameters(), *(r.parameters() for r in replicas), stric
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 4 — Snapshots that resume exactly · 3 points
+# ## Exercise 4 — Snapshots that resume exactly · 3 points · ★★☆ · ~20 min
 # Write `save_snapshot(path, *, model, optimizer, epoch, step)` and
 # `load_snapshot(path, *, model, optimizer)`. Saving must be atomic: write to a temporary file in
 # the same folder, then `os.replace` it onto `path`, so that a crash (or an error) while saving never
@@ -397,31 +308,57 @@ with checks("Exercise 4"):
     take_steps(resumed, resumed_opt, batches[3:])
     for p, q in zip(straight.parameters(), resumed.parameters(), strict=True):
         assert torch.allclose(p, q, atol=1e-6), "the resumed run differs: restore the optimizer too"
+    fresh, fresh_opt = make_run(5)
+    before = [p.detach().clone() for p in fresh.parameters()]
+    assert load_snapshot(workdir / "missing.pt", model=fresh, optimizer=fresh_opt) == (0, 0), \
+        "with no file at path, return (0, 0)"
+    assert all(torch.equal(p, b) for p, b in zip(fresh.parameters(), before, strict=True)), \
+        "with no file at path, change nothing"
+
+    class BrokenOptimizer:
+        def state_dict(self):
+            return {"not saveable": (i for i in range(3))}  # a generator: saving fails half-way
+
+    try:
+        save_snapshot(snapshot, model=first, optimizer=BrokenOptimizer(), epoch=9, step=9)
+    except Exception:  # noqa: BLE001 - any error is fine, as long as the old snapshot survives
+        pass
+    check, check_opt = make_run(6)
+    assert load_snapshot(snapshot, model=check, optimizer=check_opt) == (1, 3), \
+        "a failed save damaged the previous snapshot: write a temporary file, then os.replace"
+    assert sorted(p.name for p in workdir.iterdir()) == ["snapshot.pt"], \
+        f"temporary files were left behind: {sorted(p.name for p in workdir.iterdir())}"
 ### BEGIN HIDDEN TESTS
-fresh, fresh_opt = make_run(5)
-before = [p.detach().clone() for p in fresh.parameters()]
-assert load_snapshot(workdir / "missing.pt", model=fresh, optimizer=fresh_opt) == (0, 0)
-assert all(torch.equal(p, b) for p, b in zip(fresh.parameters(), before, strict=True))
+other = workdir / "other"
+other.mkdir()
+second, second_opt = make_run(7)
+save_snapshot(other / "run.pt", model=second, optimizer=second_opt, epoch=2, step=5)
+save_snapshot(other / "run.pt", model=first, optimizer=first_opt, epoch=3, step=7)  # over an older one
+check, check_opt = make_run(8)
+assert load_snapshot(other / "run.pt", model=check, optimizer=check_opt) == (3, 7), "a new save replaces the old one"
+for p, q in zip(first.parameters(), check.parameters(), strict=True):
+    assert torch.equal(p, q), "the newest snapshot's model"
 
 
-class BrokenOptimizer:
-    def state_dict(self):
-        return {"not saveable": (i for i in range(3))}  # a generator: saving fails half-way
+class BrokenModel(nn.Linear):
+    def state_dict(self, *args, **kwargs):
+        raise RuntimeError("cannot save")  # fails before anything is written
 
 
 try:
-    save_snapshot(snapshot, model=first, optimizer=BrokenOptimizer(), epoch=9, step=9)
+    save_snapshot(other / "run.pt", model=BrokenModel(3, 2), optimizer=first_opt, epoch=9, step=9)
 except Exception:  # noqa: BLE001 - any error is fine, as long as the old snapshot survives
     pass
-check, check_opt = make_run(6)
-assert load_snapshot(snapshot, model=check, optimizer=check_opt) == (1, 3), \
-    "a failed save damaged the previous snapshot: write a temporary file, then os.replace"
-assert sorted(p.name for p in workdir.iterdir() if "missing" not in p.name) == ["snapshot.pt"], \
-    f"temporary files were left behind: {sorted(p.name for p in workdir.iterdir())}"
+assert load_snapshot(other / "run.pt", model=check, optimizer=check_opt) == (3, 7), \
+    "a failed save damaged the previous snapshot"
+assert sorted(p.name for p in other.iterdir()) == ["run.pt"], \
+    f"temporary files were left behind: {sorted(p.name for p in other.iterdir())}"
+missing, missing_opt = make_run(9)
+assert load_snapshot(other / "none" / "x.pt", model=missing, optimizer=missing_opt) == (0, 0)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 5 — Gradient accumulation that equals the big batch · 2 points
+# ## Exercise 5 — Gradient accumulation that equals the big batch · 2 points · ★★☆ · ~15 min
 # Write `accumulated_step(model, optimizer, images, labels, *, micro_batch)`: zero the gradients,
 # run the batch in micro-batches of `micro_batch` samples (the last one may be smaller), call
 # `backward()` once per micro-batch, then take a single `optimizer.step()`. The result must equal one
@@ -451,19 +388,24 @@ def compare_with_full_batch(n, micro_batch):
     big_opt.zero_grad()
     nn.functional.cross_entropy(big(images), labels).backward()
     big_opt.step()
+    for p in small.parameters():
+        p.grad = torch.ones_like(p)  # left over from an earlier step: accumulated_step zeroes them first
     accumulated_step(small, small_opt, images, labels, micro_batch=micro_batch)
     return all(torch.allclose(p, q, atol=1e-6) for p, q in zip(big.parameters(), small.parameters(), strict=True))
 
 
 with checks("Exercise 5"):
     assert compare_with_full_batch(8, 4), "two equal micro-batches must give the full-batch step"
+    assert compare_with_full_batch(10, 4), \
+        "the last micro-batch may be smaller: micro-batches of 4, 4 and 2 must give the full-batch step"
 ### BEGIN HIDDEN TESTS
-assert compare_with_full_batch(10, 4), "micro-batches of 4, 4 and 2 must give the full-batch step"
 assert compare_with_full_batch(5, 1), "five micro-batches of one must give the full-batch step"
+assert compare_with_full_batch(11, 3), "micro-batches of 3, 3, 3 and 2 must give the full-batch step"
+assert compare_with_full_batch(3, 8), "one micro-batch larger than the batch must give the full-batch step"
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 6 — Debug a device choice from four bug reports · 2 points
+# ## Exercise 6 — Debug a device choice from four bug reports · 2 points · ★★★ · ~25 min
 # A learner's training script picks its device with the function below. It worked on their workstation
 # with 2 GPUs (`torchrun --standalone --nproc_per_node=2 train.py`). Then four reports came in:
 #
@@ -539,6 +481,12 @@ with checks("Exercise 6"):
     assert mac == [("cpu", "gloo")] * 2, f"report 3: 2 ranks on a Mac get {mac}"
     alone = tuple(pick_device({}, cuda_count=0, mps=False))
     assert alone == ("cpu", "gloo"), f"report 4: plain python on a machine without GPU gets {alone}"
+    assert tuple(pick_device({}, cuda_count=1, mps=False)) == ("cuda:0", "nccl"), \
+        "plain python on a machine with a GPU keeps the GPU"
+    assert tuple(pick_device({}, cuda_count=0, mps=True)) == ("mps", "gloo"), "plain python on a Mac keeps MPS"
+    env = job_env(1, nodes=1, per_node=2)
+    pick_device(env, cuda_count=2, mps=False)
+    assert env == job_env(1, nodes=1, per_node=2), "leave env as it is"
 ### BEGIN HIDDEN TESTS
 from common.device import plan_device  # noqa: E402 - the chapter's device plan: the reference
 
@@ -551,9 +499,8 @@ def planned(env: dict[str, str], cuda_count: int, mps: bool) -> tuple[str, str]:
     return str(plan.device), plan.backend
 
 
-assert tuple(pick_device({}, cuda_count=1, mps=False)) == ("cuda:0", "nccl"), \
-    "plain python on a machine with a GPU keeps the GPU"
-assert tuple(pick_device({}, cuda_count=0, mps=True)) == ("mps", "gloo"), "plain python on a Mac keeps MPS"
+assert tuple(pick_device({}, cuda_count=4, mps=False)) == ("cuda:0", "nccl"), \
+    "plain python on a machine with GPUs keeps the first GPU"
 one_rank_mac = tuple(pick_device(job_env(0, nodes=1, per_node=1), cuda_count=0, mps=True))
 assert one_rank_mac == ("cpu", "gloo"), \
     f"torchrun --nproc_per_node=1 on a Mac joins a gloo group, which needs CPU tensors: got {one_rank_mac}"

@@ -22,14 +22,24 @@
 # return and what they do to their arguments: return plain values (numbers, strings, tensors,
 # arrays, lists of them), not objects of a class of your own that stand in for them.
 #
-# **Checking your own work.** A check cell tells you at once whether your answer holds up. To run
-# the hidden checks too, save this notebook, copy it into a folder of your own with one sub-folder
-# per person (`mywork/me/`) and run `make grade SUBMISSIONS=mywork` at the root of the repository:
-# `build/grades/grades.csv` holds your points, and `build/grades/feedback/me/` this notebook with a
-# message under each check cell. `make grade` runs the answers in a sandbox (bubblewrap, installed by
-# `make system-deps`); without one, `make grade SUBMISSIONS=mywork GRADE_FLAGS=--trusted` runs your
-# own code as it is. The solutions and the hidden checks are kept apart, in the instructor version of
-# this notebook, `chapters/exercises/solutions/ex05_sharded_data.ipynb`: open it once you have tried.
+# Some answers are files, not cells: the exercise names the script in `ex05_work/` (beside this notebook)
+# that you fix and save; its check runs that file.
+#
+# Each exercise heading gives its points, its difficulty (★☆☆ warm-up to ★★★ challenging) and about how
+# long it takes. **Stuck?** Every exercise worth more than a point has 2–3 hints, from a nudge to the near
+# answer, shown one at a time: `hint("ex3", 1)` in a cell of your own prints the first hint of Exercise 3,
+# `hint("ex3", 2)` the next. Grading records how many you opened; it costs no points unless your instructor
+# says so.
+#
+# **Checking your own work.** A check cell tells you at once whether your answer holds up. To run the hidden
+# checks too, save this notebook and run, at the root of the repository,
+# `make grade-me NOTEBOOK=chapters/exercises/ex05_sharded_data.ipynb` (or
+# `python -m course.grading --self chapters/exercises/ex05_sharded_data.ipynb`): it grades this notebook where it
+# is and prints the points of each exercise with the message of each failing check
+# (`build/grade-me/report/feedback/me/` holds this notebook with a message under each check cell). It runs
+# your answers in a sandbox where bubblewrap works (`make system-deps` installs it), and otherwise as trusted
+# work, since they are your own, and says so. The solutions and the hidden checks are kept apart, in the
+# instructor version of this notebook, `chapters/exercises/solutions/ex05_sharded_data.ipynb`: open it once you have tried.
 #
 # The first cell imports what the exercises use, seeds the random generators, picks the device,
 # makes a temporary working folder and 23 tiny fake samples `(key, bytes, label)` to write into shards.
@@ -52,19 +62,22 @@ from common import (
     seed_everything,
 )
 from common.shards import ShardedImageDataset, ensure_shards, read_manifest
+from common.source import show_file
 from common.synthetic import SyntheticConfig
 from course.assignments import checks
+from course.checks import hints
 
 seed_everything(0)
+hint = hints("ex05_sharded_data")  # hint("ex2", 1): the first hint of Exercise 2
 device = get_device()
 workdir = Path(tempfile.mkdtemp(prefix="ex05-"))
-WORK = Path("ex05_work")  # the scripts of Exercise 7 (git-ignored)
+WORK = Path("ex05_work")  # Exercise 7's scripts: shard_reader.py and your answer, fixed_reader.py
 WORK.mkdir(exist_ok=True)
 samples = [(f"img_{i:05d}", bytes([i % 256]) * (10 + i), i % 6) for i in range(23)]
 print(f"device {device}; {len(samples)} tiny samples (key, bytes, label); temporary working folder {workdir.name}")
 
 # %% [markdown]
-# ## Exercise 1 — Every shard exactly once · 1 point
+# ## Exercise 1 — Every shard exactly once · 1 point · ★☆☆ · ~10 min
 # With `world_size` ranks and `num_workers` DataLoader workers per rank there are
 # `world_size * max(num_workers, 1)` consumers (`num_workers=0` means the main process reads, as one
 # worker with id 0). Write `shards_for(shards, *, rank, world_size, worker_id, num_workers)`: consumer
@@ -93,6 +106,8 @@ with checks("Exercise 1"):
     assert sorted(s for part in parts for s in part) == shards, f"not exactly once: {parts}"
     assert shards_for(shards, rank=1, world_size=2, worker_id=0, num_workers=2) == ["shard-00002.tar",
                                                                                     "shard-00006.tar"]
+    assert shards_for(shards, rank=1, world_size=2, worker_id=0, num_workers=0) == shards[1::2], \
+        "num_workers=0: the main process reads, as the one worker with id 0 of its rank"
 ### BEGIN HIDDEN TESTS
 for world_size in (1, 2, 3):
     for num_workers in (0, 1, 2):
@@ -102,7 +117,7 @@ for world_size in (1, 2, 3):
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 2 — Shards cut by a byte budget · 2 points
+# ## Exercise 2 — Shards cut by a byte budget · 2 points · ★★★ · ~30 min
 # The chapter cuts shards by sample count, so when images differ in size, so do the shards; storage
 # and readers prefer shards of about equal bytes. Write `write_shards(samples, out_dir, *, max_bytes)`
 # for a list of `(key, jpeg_bytes, label)` samples that cuts shards by size instead:
@@ -173,30 +188,39 @@ with checks("Exercise 2"):
         f"samples 0-4 are 60 bytes, exactly max_bytes=60: shard 0 holds all five, got {groups[0]}"
     assert groups[1] == [f"img_{i:05d}" for i in range(5, 8)], \
         f"shard 1 closes before img_00008, which would make it 66 bytes: got {groups[1]}"
+    assert [key for group in groups for key in group] == [key for key, _, _ in samples], \
+        "every sample exactly once, in order (is the last shard written?)"
+    mixed = [(f"m{i}", b"x" * size, i) for i, size in enumerate([30, 5, 5, 30, 4, 4, 4])]
+    assert keys_of(write_shards(mixed, workdir / "mixed", max_bytes=12)) == [["m0"], ["m1", "m2"], ["m3"], ["m4", "m5", "m6"]], \
+        "sizes 30, 5, 5, 30, 4, 4, 4 with max_bytes=12: each 30-byte sample gets a shard of its own, no shard is empty"
+    again = write_shards(samples, workdir / "by-bytes-again", max_bytes=60)
+    assert [p.read_bytes() for p in again] == [p.read_bytes() for p in paths], "output must be byte-identical"
+    with tarfile.open(paths[-1]) as tar:
+        assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 and m.mode == 0o644 for m in tar.getmembers()), \
+            "every member needs mtime, uid, gid 0 and mode 0o644"
+    assert write_shards([], workdir / "no-samples", max_bytes=10) == [], "no samples give no shards"
+    try:
+        write_shards(samples, workdir / "refused", max_bytes=0)
+    except ValueError:
+        assert not list((workdir / "refused").glob("*.tar")), "max_bytes=0 must raise before writing a shard"
+    else:
+        raise AssertionError("max_bytes=0 must raise ValueError")
 ### BEGIN HIDDEN TESTS
-assert [key for group in groups for key in group] == [key for key, _, _ in samples], \
-    "every sample exactly once, in order (is the last shard written?)"
 assert [len(group) for group in groups] == [5, 3, 3, 2, 2, 2, 2, 2, 1, 1], \
     f"samples per shard with max_bytes=60: {[len(group) for group in groups]}"
-mixed = [(f"m{i}", b"x" * size, i) for i, size in enumerate([30, 5, 5, 30, 4, 4, 4])]
-assert keys_of(write_shards(mixed, workdir / "mixed", max_bytes=12)) == [["m0"], ["m1", "m2"], ["m3"], ["m4", "m5", "m6"]], \
-    "sizes 30, 5, 5, 30, 4, 4, 4 with max_bytes=12: each 30-byte sample gets a shard of its own, no shard is empty"
-again = write_shards(samples, workdir / "by-bytes-again", max_bytes=60)
-assert [p.read_bytes() for p in again] == [p.read_bytes() for p in paths], "output must be byte-identical"
-with tarfile.open(paths[-1]) as tar:
-    assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 and m.mode == 0o644 for m in tar.getmembers()), \
-        "every member needs mtime, uid, gid 0 and mode 0o644"
-assert write_shards([], workdir / "no-samples", max_bytes=10) == [], "no samples give no shards"
+odd = [(f"o{i}", b"y" * size, i) for i, size in enumerate([3, 9, 1, 1, 1, 20, 2])]
+assert keys_of(write_shards(odd, workdir / "odd" / "deeper", max_bytes=10)) == [["o0"], ["o1", "o2"], ["o3", "o4"], ["o5"], ["o6"]], \
+    "sizes 3, 9, 1, 1, 1, 20, 2 with max_bytes=10: a shard closes just before the sample that would pass max_bytes"
 try:
-    write_shards(samples, workdir / "refused", max_bytes=0)
+    write_shards(samples, workdir / "refused-again", max_bytes=-5)
 except ValueError:
-    assert not list((workdir / "refused").glob("*.tar")), "max_bytes=0 must raise before writing a shard"
+    assert not (workdir / "refused-again").exists() or not list((workdir / "refused-again").glob("*.tar"))
 else:
-    raise AssertionError("max_bytes=0 must raise ValueError")
+    raise AssertionError("max_bytes=-5 must raise ValueError")
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 3 — Reading a shard safely · 2 points
+# ## Exercise 3 — Reading a shard safely · 2 points · ★★☆ · ~20 min
 # Shards come from elsewhere: a member could be named `../../etc/passwd`, be absolute, or be a link.
 # Write `read_shard(path)` that yields `(key, jpeg_bytes, label)`, with `label` an `int`, for each
 # `<key>.jpg` / `<key>.cls` pair (in order), and raises `ValueError` naming the shard and the member for any member that is not
@@ -250,14 +274,17 @@ with checks("Exercise 3"):
     assert list(read_shard(shard)) == [(k, d, y) for k, d, y in samples[:4]], "samples differ"
     bad = shard_with([("../evil.jpg", b"x"), ("../evil.cls", b"0")], workdir / "traversal.tar")
     assert refuses(bad), "a member named ../evil.jpg must raise ValueError naming the shard"
+    assert refuses(shard_with([("a.jpg", None), ("a.cls", b"1")], workdir / "link.tar")), "links are refused"
+    assert refuses(shard_with([("/abs.jpg", b"x")], workdir / "absolute.tar")), "absolute names are refused"
+    assert refuses(shard_with([("a\\b.jpg", b"x")], workdir / "backslash.tar")), "names with \\ are refused"
 ### BEGIN HIDDEN TESTS
-assert refuses(shard_with([("a.jpg", None), ("a.cls", b"1")], workdir / "link.tar")), "links are refused"
-assert refuses(shard_with([("/abs.jpg", b"x")], workdir / "absolute.tar")), "absolute names are refused"
 assert refuses(shard_with([("dir/a.jpg", b"x")], workdir / "nested.tar")), "names with / are refused"
+assert refuses(shard_with([("ok.jpg", b"x"), ("ok.cls", b"1"), ("x..y.jpg", b"x")], workdir / "dots.tar")), \
+    "names with .. are refused"
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 4 — A shuffle buffer with guarantees · 2 points
+# ## Exercise 4 — A shuffle buffer with guarantees · 2 points · ★★★ · ~30 min
 # A stream cannot be shuffled as a whole, but it can be shuffled locally by holding a few items back.
 # Write the generator function `shuffle_buffer(items, *, buffer_size, generator)`: it yields the items
 # of the iterable `items` (possibly a one-pass iterator) in a shuffled order, with these guarantees. How
@@ -301,6 +328,18 @@ def shuffled(n, *, buffer_size, seed):
     return list(shuffle_buffer(range(n), buffer_size=buffer_size, generator=torch.Generator().manual_seed(seed)))
 
 
+class Counted:
+    """An iterable that records how far ahead of the consumer it has been read."""
+
+    def __init__(self, n):
+        self.n, self.read = n, 0
+
+    def __iter__(self):
+        for i in range(self.n):
+            self.read += 1
+            yield i
+
+
 def too_early(out, buffer_size):
     """The items of ``out`` (positions of ``range(n)``) that came out more than buffer_size positions early."""
     return [item for position, item in enumerate(out) if position < item - buffer_size]
@@ -312,47 +351,46 @@ with checks("Exercise 4"):
     assert out == shuffled(50, buffer_size=8, seed=0), "the same seed must give the same order"
     assert out != shuffled(50, buffer_size=8, seed=1), "seeds 0 and 1 should give different orders"
     assert not too_early(out, 8), f"items {too_early(out, 8)} came out more than buffer_size=8 positions early"
+    source = Counted(100)
+    stream = shuffle_buffer(iter(source), buffer_size=5, generator=torch.Generator().manual_seed(1))
+    taken = []
+    for item in stream:
+        taken.append(item)
+        assert source.read <= len(taken) + 5, \
+            f"{source.read} items read when the consumer received its item {len(taken)}: more than buffer_size=5 held"
+    assert sorted(taken) == list(range(100)), "every item of a one-pass iterator exactly once"
+    orders = {tuple(shuffled(30, buffer_size=4, seed=seed)) for seed in range(10)}
+    assert len(orders) == 10, f"ten seeds gave only {len(orders)} different orders"
+    short = [shuffled(6, buffer_size=10, seed=seed) for seed in range(10)]
+    assert all(sorted(order) == list(range(6)) for order in short), "an input shorter than the buffer comes out whole"
+    assert len({tuple(order) for order in short}) > 1, "an input shorter than the buffer is shuffled too"
+    try:
+        shuffled(5, buffer_size=0, seed=0)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("buffer_size=0 must raise ValueError")
 ### BEGIN HIDDEN TESTS
-class Counted:
-    """An iterator that records how far ahead of the consumer it has been read."""
-
-    def __init__(self, n):
-        self.n, self.read = n, 0
-
-    def __iter__(self):
-        for i in range(self.n):
-            self.read += 1
-            yield i
-
-
-source = Counted(100)
-stream = shuffle_buffer(source, buffer_size=5, generator=torch.Generator().manual_seed(1))
+source = Counted(60)
 taken = []
-for item in stream:
+for item in shuffle_buffer(iter(source), buffer_size=2, generator=torch.Generator().manual_seed(9)):
     taken.append(item)
-    assert source.read <= len(taken) + 5, \
-        f"{source.read} items read when the consumer received its item {len(taken)}: more than buffer_size=5 held"
-assert sorted(taken) == list(range(100)), "every item of a one-pass iterator exactly once"
-orders = {tuple(shuffled(30, buffer_size=4, seed=seed)) for seed in range(10)}
-assert len(orders) == 10, f"ten seeds gave only {len(orders)} different orders"
-short = [shuffled(6, buffer_size=10, seed=seed) for seed in range(10)]
-assert all(sorted(order) == list(range(6)) for order in short), "an input shorter than the buffer comes out whole"
-assert len({tuple(order) for order in short}) > 1, "an input shorter than the buffer is shuffled too"
+    assert source.read <= len(taken) + 2, f"{source.read} items read for {len(taken)} given: more than buffer_size=2 held"
 for size in (1, 2):
     out = shuffled(40, buffer_size=size, seed=3)
     assert sorted(out) == list(range(40)) and not too_early(out, size), \
         f"buffer_size={size}: every item once, none more than {size} positions early"
 assert shuffled(0, buffer_size=3, seed=0) == [], "an empty input gives nothing"
 try:
-    shuffled(5, buffer_size=0, seed=0)
+    shuffled(5, buffer_size=-2, seed=0)
 except ValueError:
     pass
 else:
-    raise AssertionError("buffer_size=0 must raise ValueError")
+    raise AssertionError("buffer_size=-2 must raise ValueError")
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 5 — Equal shares, so that no rank waits forever · 2 points
+# ## Exercise 5 — Equal shares, so that no rank waits forever · 2 points · ★☆☆ · ~10 min
 # Shards are rarely equal. If rank 0 has 9 samples and rank 1 has 3, rank 1 finishes early and rank 0
 # waits forever in its next all-reduce. Write `equal_share(counts, *, world_size)` for per-shard sample
 # counts, with shards assigned to ranks as `counts[rank::world_size]`: return
@@ -374,11 +412,17 @@ def equal_share(counts: list[int], *, world_size: int) -> tuple[int, int]:
 with checks("Exercise 5"):
     assert equal_share([5, 3, 4], world_size=2) == (3, 6), equal_share([5, 3, 4], world_size=2)
     assert equal_share([4, 4], world_size=2) == (4, 0), "equal shards drop nothing"
+    try:
+        equal_share([3, 3], world_size=3)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("2 shards for 3 ranks must raise ValueError")
 ### BEGIN HIDDEN TESTS
 assert equal_share([10, 1, 10, 2, 10, 3], world_size=3) == (11, 3), "three ranks: totals 12, 11, 13"
 assert equal_share([7], world_size=1) == (7, 0)
 try:
-    equal_share([3, 3], world_size=3)
+    equal_share([3, 3, 3], world_size=4)
 except ValueError:
     pass
 else:
@@ -386,7 +430,7 @@ else:
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 6 — Every sample once, read by spawned workers · 1 point
+# ## Exercise 6 — Every sample once, read by spawned workers · 1 point · ★★☆ · ~15 min
 # With the `spawn` start method (the default on macOS and Windows) each DataLoader worker is a fresh
 # Python process that receives the dataset *pickled* and imports everything it needs by module and name:
 # a lambda, or a class or function defined in this notebook, cannot reach it. The next cell writes 24 tiny
@@ -394,7 +438,7 @@ else:
 # of 4 over a `ShardedImageDataset` of those shards, without shuffling or padding (`shuffle=False`,
 # `equalize="none"`), that yields 32×32 normalized images (use a preset from `common`, e.g.
 # `V2EvalPreset(resize_size=32, crop_size=32)`), with `num_workers` workers started by `spawn`
-# (`multiprocessing_context="spawn"`). The check reads one epoch with 2 workers: every sample exactly once.
+# (`multiprocessing_context="spawn"`). The check reads one epoch with 2 workers (about 10 s on a 2-core laptop): every sample exactly once.
 
 # %%
 tiny = ensure_data(workdir / "shapes", SyntheticConfig(seed=5, num_train=24, num_val=6, min_size=40, max_size=60),
@@ -424,73 +468,24 @@ with checks("Exercise 6"):
     labels = sorted(int(label) for _, batch_labels in batches for label in batch_labels)
     assert images.shape == (24, 3, 32, 32), f"24 images of 3x32x32 once each, got {tuple(images.shape)}"
     assert labels == sorted(int(label) for label in source.labels), "every sample exactly once"
+    assert loader.batch_size == 4, f"batches of 4, got {loader.batch_size}"
+    assert images.dtype == torch.float32 and images.min() < 0, "normalized float images (mean subtracted)"
+    assert isinstance(loader.dataset, ShardedImageDataset), "read the shards with ShardedImageDataset"
 ### BEGIN HIDDEN TESTS
-assert images.dtype == torch.float32 and images.min() < 0, "normalized float images (mean subtracted)"
-assert isinstance(loader.dataset, ShardedImageDataset), "read the shards with ShardedImageDataset"
+assert len(batches) == 6 and all(len(batch_labels) == 4 for _, batch_labels in batches), \
+    "24 samples in 6 batches of 4: no padding, nothing dropped"
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Exercise 7 — Debug a job that reads some samples twice · 2 points
+# ## Exercise 7 — Debug a job that reads some samples twice · 2 points · ★★☆ · ~25 min
 # The script below streams 8 shards of 6 samples (48 in all) on every rank through a `DataLoader` with
 # worker processes, and reports what each rank read and what all ranks read together. Its author meant one
-# pass over the data: every sample read by exactly one worker of one rank. The next cell writes it
-# to `ex05_work/shard_reader.py` (git-ignored); the one after runs it with `torchrun` on 2 processes with 2
-# workers each. Read the counts: what went wrong, and where in the script?
+# pass over the data: every sample read by exactly one worker of one rank. It is the file
+# `ex05_work/shard_reader.py` beside this notebook; the next cell shows it, and the one after runs it with `torchrun` on 2 processes with 2
+# workers each (about 15 s on a 2-core laptop). Read the counts: what went wrong, and where in the script?
 
-# %%
-# %%writefile ex05_work/shard_reader.py
-"""Read 8 shards of 6 samples on every rank with DataLoader workers; report what was read.
-
-    torchrun --standalone --nproc_per_node=N shard_reader.py --workers W
-"""
-
-import argparse
-import random
-
-import torch
-import torch.distributed as dist
-from torch.utils.data import DataLoader, IterableDataset
-
-SHARDS = [list(range(6 * s, 6 * s + 6)) for s in range(8)]  # shard s holds samples 6s .. 6s+5
-
-
-class ShardStream(IterableDataset):
-    """The samples of this rank's shards, shard by shard."""
-
-    def __init__(self, shards: list[list[int]], *, seed: int = 0) -> None:
-        self.shards, self.seed = shards, seed
-
-    def __iter__(self):
-        order = list(range(len(self.shards)))
-        random.shuffle(order)  # a new shard order every run
-        rank, world = dist.get_rank(), dist.get_world_size()
-        for shard in order[rank::world]:
-            yield from self.shards[shard]
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    try:
-        loader = DataLoader(ShardStream(SHARDS), batch_size=None, num_workers=args.workers)
-        mine = [int(sample) for sample in loader]
-        print(f"rank {rank}: read {len(mine)} samples, {len(set(mine))} distinct")
-        everyone = [None] * dist.get_world_size()
-        dist.all_gather_object(everyone, mine)
-        if rank == 0:
-            read = [sample for samples in everyone for sample in samples]
-            missing = 48 - len(set(read))
-            print(f"all ranks: {len(read)} samples, {len(set(read))} distinct, {missing} never read")
-    finally:
-        dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()
+# %% tags=["demo"]
+show_file(WORK / "shard_reader.py")
 
 # %%
 import subprocess
@@ -514,72 +509,16 @@ def run_reader(script: Path, ranks: int, workers: int) -> str:
 print(run_reader(WORK / "shard_reader.py", ranks=2, workers=2))
 
 # %% [markdown]
-# Write the corrected script as the text of `fixed_script`; the check below saves it as
-# `ex05_work/fixed_reader.py` and runs it (an answer cell holds definitions only). Copy the script above between
-# its `'''` quotes and fix it so that, on any number of ranks with any number of workers, every one of the
-# 48 samples is read exactly once per run. Keep the printed lines and the `--workers` flag. Chapter 5 shows
-# every tool it takes; the hidden checks run it on other numbers of ranks and workers.
+# Your answer is a file: `ex05_work/fixed_reader.py`, handed out as a copy of the script whose first line raises
+# `NotImplementedError`. Delete that line and fix the script so that, on any number of ranks with any number of
+# workers, every one of the 48 samples is read exactly once per run; the check below runs it on 2 processes
+# with 2 workers each (about 15 s). Keep the printed lines and the `--workers` flag. Chapter 5 shows every tool
+# it takes; the hidden checks run it on other numbers of ranks and workers. Stuck? `hint("ex7", 1)` in a cell
+# of your own, then `hint("ex7", 2)` and `hint("ex7", 3)`.
 
-# %% nbgrader={"grade": false, "grade_id": "ex7-answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
-fixed_script = '''
-### BEGIN SOLUTION
-"""Read 8 shards of 6 samples on every rank with DataLoader workers; report what was read.
-
-    torchrun --standalone --nproc_per_node=N shard_reader.py --workers W
-"""
-
-import argparse
-import random
-
-import torch
-import torch.distributed as dist
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
-
-SHARDS = [list(range(6 * s, 6 * s + 6)) for s in range(8)]  # shard s holds samples 6s .. 6s+5
-
-
-class ShardStream(IterableDataset):
-    """The samples of this consumer's shards (a consumer: one worker of one rank), shard by shard."""
-
-    def __init__(self, shards: list[list[int]], *, seed: int = 0) -> None:
-        self.shards, self.seed = shards, seed
-
-    def __iter__(self):
-        order = list(range(len(self.shards)))
-        random.Random(self.seed).shuffle(order)  # the same order in every rank and worker
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        rank, world = dist.get_rank(), dist.get_world_size()
-        for shard in order[rank * workers + worker::world * workers]:  # each (rank, worker) its own shards
-            yield from self.shards[shard]
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    try:
-        loader = DataLoader(ShardStream(SHARDS), batch_size=None, num_workers=args.workers)
-        mine = [int(sample) for sample in loader]
-        print(f"rank {rank}: read {len(mine)} samples, {len(set(mine))} distinct")
-        everyone = [None] * dist.get_world_size()
-        dist.all_gather_object(everyone, mine)
-        if rank == 0:
-            read = [sample for samples in everyone for sample in samples]
-            missing = 48 - len(set(read))
-            print(f"all ranks: {len(read)} samples, {len(set(read))} distinct, {missing} never read")
-    finally:
-        dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()
-### END SOLUTION
-'''
-
+# %% nbgrader={"grade": false, "grade_id": "ex7-answer", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["answer-file:ex05_work/fixed_reader.py:ex05_work/shard_reader.py"]
+# Exercise 7's answer is the file ex05_work/fixed_reader.py, not this cell: fix the script there and save it.
+# (Grading takes that file from beside your notebook.)
 
 # %% nbgrader={"grade": true, "grade_id": "ex7-tests", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 def read_counts(printed: str) -> tuple[int, int, int]:
@@ -589,7 +528,6 @@ def read_counts(printed: str) -> tuple[int, int, int]:
 
 
 with checks("Exercise 7"):
-    (WORK / "fixed_reader.py").write_text(fixed_script)
     printed = run_reader(WORK / "fixed_reader.py", ranks=2, workers=2)
     read, distinct, missing = read_counts(printed)
     assert missing == 0, f"{missing} samples were never read: the ranks must agree on the shard order"

@@ -199,6 +199,33 @@ def _result(payload: bytes, status: int, timed_out: bool, limits: dict) -> tuple
     return result, written
 
 
+def place_files(root: str, files: object) -> str | None:
+    """Write a file exercise's answer files (relative path -> text, from the grader) into the working
+    copy ``root``, as new files of the exercise (removed after it, as everything it creates); why not,
+    if a path leaves the working copy, passes a link or names a file that is there already."""
+    if not isinstance(files, dict):
+        return None
+    for relative, text in files.items():
+        parts = relative.split("/") if isinstance(relative, str) else []
+        if not parts or not isinstance(text, str) or relative.startswith("/") or \
+                any(part in ("", ".", "..") for part in parts):
+            return f"cannot place the answer file {relative!r}: not a path inside the working copy"
+        folder = root
+        for part in parts[:-1]:
+            folder = os.path.join(folder, part)
+            if os.path.islink(folder) or (os.path.exists(folder) and not os.path.isdir(folder)):
+                return f"cannot place the answer file {relative}: {part} is not a folder of the working copy"
+            if not os.path.exists(folder):
+                os.mkdir(folder)
+        try:
+            fd = os.open(os.path.join(folder, parts[-1]), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except OSError as error:
+            return f"cannot place the answer file {relative}: {error.strerror}"
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    return None
+
+
 def _exercise(request: dict, template: Template, limits: dict, io: tuple, reserve: Reserve | None,
               keep: tuple[int, ...] = ()) -> dict:
     root = os.getcwd()
@@ -207,6 +234,12 @@ def _exercise(request: dict, template: Template, limits: dict, io: tuple, reserv
     before, stats = listing(root), file_stats(root)
     shm = limits.get("shm")
     shm_before = listing(shm) if shm and os.path.isdir(shm) else set()
+    files = request.pop("files", None)
+    problem = place_files(root, files)  # new files of this exercise: removed with what it creates
+    if problem:
+        remove_new(root, before)
+        return {"op": "result", "key": request["key"], "answer_error": None, "check_error": None,
+                "tampered": [], "rebound": [], "fatal": problem}
     payload, status, timed_out, placed = _run_checker(request, template, limits, io)
     kill_strays(keep=(template.pid, *keep))
     os.ftruncate(1, 0)  # the output log: nobody reads it, and the size limit is per file
