@@ -14,6 +14,8 @@
 # - `dcp_to_torch_save` for inference and back; what `dcp.async_save` overlaps, timed
 #
 # Elastic training, with `torchrun` agents that join or leave a running job, is [Chapter 6.4](06_4_elastic_training.ipynb).
+#
+# > **Prerequisites:** chapters 4.2 and 6.1 · **Time:** about 30 min to read, 2 min to run on a 2-core laptop · **Main path:** every section but those titled "Going further" (the `Stateful` protocol, `common`'s hardened save, clear errors, async saves), which are optional.
 
 # %% [markdown]
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/06_2_distributed_checkpoints.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/torch-pipelines-companion/torch-pipelines-companion/blob/main/chapters/06_2_distributed_checkpoints.ipynb)
@@ -72,6 +74,7 @@ from common.fsdp.checkpoint import (
 )
 from common.fsdp.train import main
 from common.models import SmallCNN, batchnorm_to_groupnorm
+from common.readings import read_figure
 from common.source import show_source
 
 # Without a process group DCP warns that it assumes a single process: here that is the intent.
@@ -82,6 +85,10 @@ data = ensure_data(verbose=False)
 RUNS = Path("../runs/06_2")
 shutil.rmtree(RUNS, ignore_errors=True)
 print("device:", device, "| runs in", RUNS)
+
+# %% tags=["parameters"]
+# Sizes of this chapter's runs. `make test` runs the notebook with smaller ones (tests/notebook_parameters.py).
+ASYNC_LAYERS = 8  # 1024x1024 linear layers of the model saved in the async-save section
 
 # %% [markdown]
 # ## DCP in one process, inline
@@ -115,7 +122,7 @@ assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameter
 print("loaded:", list(state["model"]), "| exp_avg entries:", len(state["optim"]["state"]))
 
 # %% [markdown]
-# ## DCP's `Stateful` protocol: values that save and load themselves
+# ## Going further: DCP's `Stateful` protocol, values that save and load themselves
 # The steps around `dcp.save` and `dcp.load` (`get_state_dict` before, `set_state_dict` after) can
 # live in the value being saved. DCP treats any value with a `state_dict()` and a `load_state_dict()`
 # as `Stateful` (a protocol in `torch.distributed.checkpoint.stateful`): `dcp.save` calls its
@@ -176,7 +183,9 @@ print("optimizer.state_dict() keys:", list(optimizer.state_dict()["state"])[:2],
 # ## The grown-up version: `common.fsdp.checkpoint`
 # `common.fsdp.train --checkpoint DIR` saves the model, the optimizer, the loader position, the
 # learning-rate schedule and the RNG state with `save_checkpoint`, into `DIR/step-NNNNNN`, and resumes
-# from the newest one. A tiny run on 2 FSDP ranks, 6 of its 8 steps, a checkpoint every 3 steps:
+# from the newest one. It saves every `--checkpoint-every` steps and, always, at the end of each epoch
+# and where `--max-steps` stops it. A tiny run on 2 FSDP ranks, 6 of its 8 steps, a checkpoint every 3
+# steps; the run's log says which steps it saved:
 
 # %%
 def records(out: Path, event: str) -> list[dict]:
@@ -204,6 +213,10 @@ def args(out: Path, *extra: str) -> list[str]:
 run_command(torchrun_command("common.fsdp.train", args(RUNS / "two", "--max-steps", "6",
                                                        "--checkpoint-every", "3")))
 step6 = RUNS / "two" / "ckpt" / "step-000006"
+steps_per_epoch = records(RUNS / "two", "start")[0]["steps_per_epoch"]
+saved_steps = list(dict.fromkeys(r["step"] for r in records(RUNS / "two", "checkpoint")))
+print(f"{steps_per_epoch} steps per epoch; checkpoints saved at steps {saved_steps}; on disk "
+      f"(the newest 2 are kept): {sorted(p.name for p in (RUNS / 'two' / 'ckpt').iterdir())}")
 files = {p.name: p.stat().st_size for p in sorted(step6.iterdir())}
 assert set(files) == {".metadata", "__0_0.distcp", "__1_0.distcp"}
 files
@@ -221,11 +234,55 @@ where = {index.offset: info.relative_path for index, info in metadata.storage_da
 pd.DataFrame([{"offsets": tuple(c.offsets), "sizes": tuple(c.sizes),
                "file": where[torch.Size(c.offsets)]} for c in chunks])
 
+# %% [markdown]
+# The two `.distcp` files are not the same size. `.metadata` says what each file holds, piece by piece
+# (`storage_data`: file, offset, length). The cell sorts the pieces into chunks of sharded tensors (one
+# in each file) and whole values written into one file only, and counts them and their bytes by file:
+
 # %%
-fig, ax = plt.subplots(figsize=(5, 2.2))
-ax.barh(list(files), [size / 1024 for size in files.values()], color="tab:green")
+held = pd.DataFrame([{"file": info.relative_path, "piece": index.fqn, "bytes": info.length}
+                     for index, info in metadata.storage_data.items()])
+held["kind"] = held.groupby("piece")["file"].transform("nunique").map(
+    {2: "chunks of sharded tensors", 1: "whole values, in one file only"})
+
+
+def group(piece: str) -> str:
+    """optim.state.<parameter>.step for the step counters, else the first two parts of the name."""
+    parts = piece.split(".")
+    if parts[:2] == ["optim", "state"]:
+        return f"optim.state.<parameter>.{parts[-1]}"
+    return piece if parts[1] == "loader" else ".".join(parts[:2]) + (".*" if len(parts) > 2 else "")
+
+
+once = held[held["kind"] == "whole values, in one file only"]
+for file, pieces in once.groupby("file")["piece"]:
+    groups = pieces.map(group).value_counts().sort_index()
+    print(f"{file}, written once:", ", ".join(f"{name} ({count})" if count > 1 else name
+                                                for name, count in groups.items()))
+chunk = held[(held["piece"] == "model.features.0.weight") & (held["file"] == "__0_0.distcp")]["bytes"].item()
+print(f"rank 0's chunk of model.features.0.weight: {2 * 3 * 3 * 3 * 4} bytes of numbers, {chunk} bytes in the file")
+held.groupby(["file", "kind"])["bytes"].agg(pieces="count", bytes="sum")
+
+# %% [markdown]
+# Both files hold one chunk of every sharded tensor (the model's weights and AdamW's two moments): that
+# part is alike. The rest are values that are the same on every rank — the optimizer's `step` counters
+# and settings (`param_groups`), the learning-rate schedule, the position, the RNG states — and DCP's
+# planner removes such duplicates before the save, so one rank writes each; here they all went to one
+# file. Only the loader state is a rank's own (`extra.loader.rank<R>`, one in each file). And at this
+# tiny size a piece is mostly file format, not numbers (DCP writes each piece in `torch.save`'s format,
+# over a kilobyte however small: the line above). So the file that took the once-only values is the
+# larger one; for a real model, whose sharded tensors are megabytes, the two files are nearly the same size.
+
+# %%
+by_file = held.pivot_table(index="kind", columns="file", values="bytes", aggfunc="sum", fill_value=0)
+fig, ax = plt.subplots(figsize=(7.5, 2.2))
+left = pd.Series(0, index=by_file.columns)
+for kind, color in zip(by_file.index, ["tab:green", "tab:orange"], strict=True):
+    ax.barh(by_file.columns, by_file.loc[kind] / 1024, left=left / 1024, color=color, label=kind)
+    left = left + by_file.loc[kind]
 ax.set_xlabel("KiB")
-ax.set_title("step-000006, written by 2 ranks")
+ax.set_title("step-000006: what each rank's file holds")
+ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 fig.tight_layout()
 
 # %% [markdown]
@@ -380,7 +437,7 @@ assert newest(atomic) == "step-000001" and newest(naive) == "step-000002"
 # e.g. writes a small marker object last and treats a checkpoint without it as absent.
 
 # %% [markdown]
-# ### The same in `common`, with the hardening
+# ## Going further: the same in `common`, with the hardening
 # `save_checkpoint` is `publish` for many ranks: `_fresh_tmp` (rank 0 clears and makes the hidden
 # folder, then a barrier), DCP writing through `DigestingWriter` (every file's sha256 into `.metadata`),
 # then `_publish`: a barrier, so that every rank has written, the rename on rank 0 only, and a barrier
@@ -391,22 +448,22 @@ assert newest(atomic) == "step-000001" and newest(naive) == "step-000002"
 # a power cut right then may undo the rename, which leaves the hidden folder, ignored, and the previous
 # checkpoint as the newest, so a resume starts one checkpoint earlier, never from a broken one.
 
-# %%
+# %% tags=["hide-output"]
 show_source(save_checkpoint)
 
-# %%
+# %% tags=["hide-output"]
 show_source(fsdp_checkpoint._fresh_tmp)
 
-# %%
+# %% tags=["hide-output"]
 show_source(fsdp_checkpoint._publish)
 
 # %% [markdown]
 # ## A kill inside a save, and `torchrun --max-restarts=1`
-# Now a real death, on 2 FSDP ranks: the last rank SIGKILLs itself inside step 6's `save_checkpoint`,
+# Now a real kill, on 2 FSDP ranks: the last rank SIGKILLs itself inside step 6's `save_checkpoint`,
 # after DCP wrote the hidden `.step-000006.tmp` and before the rename (`--kill-in-save`, through the
 # `on_written` hook). torchrun restarts the group (with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` from
-# `launch_env`, the workaround Chapter 4.2 explains), and the new attempt resumes from step 4, the
-# previous complete checkpoint:
+# `launch_env`, the workaround Chapter 4.2 explains), and the new attempt resumes from the newest
+# complete checkpoint. Which one is that? The table lists every checkpoint and the end of each epoch:
 
 # %%
 out = RUNS / "killed"
@@ -415,15 +472,22 @@ run_command(torchrun_command("common.fsdp.train", args(out, "--checkpoint-every"
                              max_restarts=1))
 events = [(r["event"], r["attempt"], r["step"]) for r in map(json.loads,
           (out / "log.jsonl").read_text().splitlines()) if r["event"] in ("simulated_kill", "resume",
-                                                                           "checkpoint", "done")]
+                                                                           "checkpoint", "epoch", "done")]
 weights = torch.load(out / "final.pt", weights_only=True)
 close = tolerance(out, RUNS / "uninterrupted")
-assert ("resume", 1, 4) in events and all(torch.allclose(weights[k], reference[k], **close)
-                                          for k in reference)
+assert ("epoch", 0, 4) in events and ("checkpoint", 0, 4) in events and ("resume", 1, 4) in events
+assert all(torch.allclose(weights[k], reference[k], **close) for k in reference)
 pd.DataFrame(events, columns=["event", "attempt", "step"])
 
 # %% [markdown]
-# ## Bad checkpoints: clear errors, nothing changed
+# Step 3 is the `--checkpoint-every 3` checkpoint; step 4 is the end of the first epoch (4 steps of 12
+# images, as printed above), and `common.fsdp.train` saves at every epoch's end whatever
+# `--checkpoint-every` says. So when step 6's save is killed, the newest complete checkpoint is step
+# 4's, not step 3's: attempt 1 resumes there, does steps 5 and 6 again, saves 6 and 8, and ends at the
+# uninterrupted run's weights.
+
+# %% [markdown]
+# ## Going further: bad checkpoints, clear errors, nothing changed
 # `load_checkpoint` checks a checkpoint before it touches the model: `.metadata` present and readable,
 # every file it names present and long enough, every tensor of this model present with the same shape.
 # Each error names the file:
@@ -468,15 +532,16 @@ back = from_torch_save(single, RUNS / "back")
 sorted(p.name for p in back.iterdir())
 
 # %% [markdown]
-# ## Async saves: what `dcp.async_save` overlaps
+# ## Going further: what `dcp.async_save` overlaps
 # `dcp.async_save(state, checkpoint_id=...)` first copies the state into CPU memory (staging) and only
 # then returns a future; a thread plans and writes the files. Training may change the parameters as soon
-# as the call returns — the thread writes the copy. Time both on the same state, a model of 8.4 M
-# parameters with its AdamW state (about 100 MB), here in one process:
+# as the call returns — the thread writes the copy. Time both on the same state, a model of
+# `ASYNC_LAYERS` linear layers of 1024 × 1024 with its AdamW state (the cell prints its size), here in
+# one process:
 
 # %%
 torch.manual_seed(0)
-big = nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(8)])
+big = nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(ASYNC_LAYERS)])
 big_optimizer = torch.optim.AdamW(big.parameters(), lr=1e-3)
 x = torch.randn(16, 1024)
 
@@ -489,6 +554,8 @@ def big_step() -> None:
 
 big_step()  # creates the AdamW state
 big_state = training_state(big, big_optimizer)
+parameters = sum(p.numel() for p in big.parameters())
+print(f"{parameters / 1e6:.1f} M parameters: {parameters * 12 / 1e6:.0f} MB with AdamW's two moments")
 start = time.perf_counter()
 dcp.save(big_state, checkpoint_id=RUNS / "big_sync")
 full_save = time.perf_counter() - start
@@ -496,15 +563,18 @@ start = time.perf_counter()
 future = dcp.async_save(big_state, checkpoint_id=RUNS / "big_async")
 blocking = time.perf_counter() - start
 before = big[0].weight.detach().clone()
-steps_meanwhile = 0
-while not future.done():  # training goes on while the thread writes
+big_step()  # training goes on while the thread writes
+steps_meanwhile = 1
+while not future.done():
     big_step()
     steps_meanwhile += 1
 future.result()
 total = time.perf_counter() - start
-assert blocking < full_save
+read_figure("06_2/async-save-blocking", full_save / blocking, unit="×",
+            what="how much shorter dcp.async_save blocks training than dcp.save of the same state",
+            expect=(">", 1.0))
 print(f"dcp.save: {full_save:.2f} s blocked | dcp.async_save: {blocking:.2f} s blocked (staging), "
-      f"{total - blocking:.2f} s more in the thread, {steps_meanwhile} training steps meanwhile")
+      f"{total - blocking:.2f} s more in the thread; training steps meanwhile: {steps_meanwhile}")
 
 # %% [markdown]
 # The async checkpoint holds the weights of the moment of the call, not those of the steps taken while
@@ -515,7 +585,7 @@ template = {"model": {"0.weight": torch.empty_like(before)}}  # dcp.load fills i
 dcp.load(template, checkpoint_id=RUNS / "big_async")
 assert torch.equal(template["model"]["0.weight"], before)
 assert not torch.equal(big[0].weight.detach(), before)
-print("saved weights = those at the call;", steps_meanwhile, "steps changed the live ones since")
+print("saved weights = those at the call; training steps taken since then:", steps_meanwhile)
 
 # %% [markdown]
 # `common.fsdp.checkpoint.async_save_checkpoint` keeps the atomic publish of `save_checkpoint`: DCP
@@ -542,6 +612,14 @@ assert hidden == [".step-000001.tmp"] and published.name == "step-000001"
 #   newest (on a POSIX file system; object stores need a marker written last).
 # - Validate before loading: another model, a missing shard or a truncated `.metadata` each name the file.
 # - `dcp.async_save` blocks only for the copy into CPU memory; publish by rename after its future is done.
+
+# %% [markdown]
+# ## Further reading
+# - [Getting started with Distributed Checkpoint (DCP)](https://pytorch.org/tutorials/recipes/distributed_checkpoint_recipe.html): `dcp.save`/`dcp.load` with an `AppState`, loading on another world size, `dcp_to_torch_save`.
+# - [Asynchronous saving with DCP](https://pytorch.org/tutorials/recipes/distributed_async_checkpoint_recipe.html): `dcp.async_save`, staging in CPU memory, and a process group of its own for the writer.
+# - [`torch.distributed.checkpoint`](https://pytorch.org/docs/stable/distributed.checkpoint.html): the API reference, with `get_state_dict`/`set_state_dict`, `Stateful`, `FileSystemWriter` and the format utilities.
+# - [Getting started with FSDP2](https://pytorch.org/tutorials/intermediate/FSDP_tutorial.html): the part on saving and loading sharded state dicts.
+# - [torchrun (elastic launch)](https://pytorch.org/docs/stable/elastic/run.html): `--max-restarts`, used here to restart after the kill.
 
 # %% [markdown]
 # ## Exercises
