@@ -42,7 +42,7 @@ import types
 
 import psutil
 
-from course.grading.inside.processes import Template, Zygote
+from course.grading.inside.processes import PING_SECONDS, Template, Zygote
 from course.grading.inside.space import (
     Reserve,
     changed_files,
@@ -337,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
             if template is not None:
                 template.close()
                 _as_found(found or {})  # the next setup cells find the files the first ones found
-            template, earlier = zygote.template(), []
+            # The first template waits for the zygote's imports (torch...): on a busy machine longer than a ping.
+            first = found is None
+            template, earlier = zygote.template(max(PING_SECONDS, limits["cell_timeout"]) if first else PING_SECONDS), []
             found = _found(limits) if found is None else found  # once the zygote's imports are done
         if request["op"] == "begin":  # the next submission
             reply = {"op": "begin", "ok": template is not None}
