@@ -66,8 +66,8 @@ class Rule:
 
 #: The chosen form of each drifting term (issue 44). Read by the tests below; each ``bad`` must fail.
 TERMS = [
-    Rule("barrier", r"(?i)(?<!屏障（)\bbarriers?\b", "屏障（第一次出现时可写“屏障（barrier）”）",
-         "所有 rank 在 barrier 处等待。", "所有 rank 在屏障处等待。"),
+    Rule("barrier", r"(?i)\bbarriers?\b(?![^（）\n]*）)", "屏障（英文名只放在括号里：“屏障（barrier）”）",
+         "所有 rank 在 barrier 处等待。", "所有 rank 在屏障（barrier）处等待；受监控的屏障（monitored barrier）。"),
     Rule("device plan", r"设备方案", "设备规划", "由设备方案决定。", "由设备规划决定。"),
     Rule("map-style", r"(?i)map-style", "映射式（数据集）", "map-style 数据集按索引读取。", "映射式数据集按索引读取。"),
     Rule("draft mode", r"(?i)draft ?模式|draft mode", "草稿模式", "用 draft 模式解码。", "用草稿模式解码。"),
@@ -87,7 +87,8 @@ TERMS = [
          "在双核笔记本上约 1 分钟。", "在双核笔记本电脑上约 1 分钟。"),
     Rule("chapter number", r"第\d|\d(?:章|节)", "“第 3 章”“第 2.1 章”“第 4 步”：数字两边留空格",
          "见第3章和 3.1节。", "见第 3 章和第 3.1 节。"),
-    Rule("died", r"死掉|死亡|死法|死了", "崩溃 / 被杀 / 异常退出", "一个 rank 死掉了。", "一个 rank 崩溃了。"),
+    Rule("died", r"死掉|死亡|死法|(?<!杀)死了", "崩溃 / 被杀 / 异常退出", "一个 rank 死掉了。",
+         "一个 rank 崩溃了；它用 SIGKILL 杀死了自己。"),
     Rule("cross-check", r"交叉验证", "核对（交叉验证只指 cross-validation）", "两种方法交叉验证。",
          "两种方法互相核对；5 折交叉验证。", unless=r"折|[Cc]ross-validat"),
     Rule("running sum", r"滑动(?!平均)", "累积（running sum）/ 滑动平均（moving average）",
