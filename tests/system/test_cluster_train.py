@@ -1,0 +1,154 @@
+"""Training across two hosts (network namespaces, tests/system/cluster.py) with real torchrun on
+each: DDP and FSDP equal one process; a host lost mid-run, under ``--max-restarts`` (the host comes
+back) and under elastic ``--nnodes=1:2`` (the other host goes on alone), ends at the weights of the
+uninterrupted run from its checkpoint. The hosts share this machine's file system, as nodes share
+NFS: data, checkpoints and the log are in the test's temporary folder."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from common.ddp.train import main as ddp_main
+from common.fsdp.elastic import elastic_command
+from common.fsdp.train import main as fsdp_main
+from common.synthetic import SyntheticConfig, ensure_data
+from tests.system.cluster import PORT, builder, finish, start, torchrun_argv
+
+RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own distributed tests
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def make_cluster():
+    yield from builder()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    config = SyntheticConfig(seed=7, num_train=48, num_val=24, min_size=40, max_size=64)
+    return ensure_data(tmp_path_factory.mktemp("cluster") / "shapes", config, verbose=False)
+
+
+def _ddp_args(data, out, *extra) -> list[str]:
+    return ["--tiny", "--data", str(data.root), "--save-final", str(out / "final.pt"),
+            "--log-file", str(out / "log.jsonl"), *extra]
+
+
+def _fsdp_args(data, out, *extra) -> list[str]:
+    return [*_ddp_args(data, out), "--checkpoint", str(out / "ckpt"), *extra]
+
+
+def _records(out, event: str) -> list[dict]:
+    lines = (out / "log.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["event"] == event]
+
+
+def _assert_close(out, reference, **tolerance) -> None:
+    actual = torch.load(out / "final.pt", weights_only=True)
+    expected = torch.load(reference / "final.pt", weights_only=True)
+    assert actual.keys() == expected.keys()
+    for key in expected:
+        torch.testing.assert_close(actual[key], expected[key], **tolerance, msg=key)
+
+
+def _wait_for(predicate, processes, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        ended = [p for p in processes if p.poll() is not None]
+        if ended or time.monotonic() > deadline:
+            for process in processes:
+                process.kill()
+            pytest.fail("a host's agent ended (or the wait timed out) before the awaited event:\n"
+                        + "\n----\n".join(p.communicate()[0][-2500:] for p in processes))
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def ddp_one(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp_one")
+    assert ddp_main(_ddp_args(data, out)) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def fsdp_one(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("fsdp_one")
+    assert fsdp_main(_fsdp_args(data, out)) == 0
+    return out
+
+
+def test_ddp_on_two_hosts_equals_one_process(make_cluster, data, ddp_one, tmp_path):
+    cluster = make_cluster(2)
+    argv = torchrun_argv("common.ddp.train", _ddp_args(data, tmp_path, "--count-allreduces"),
+                         nproc=1)
+    agents = [start(cluster, host, argv) for host in (0, 1)]
+    for agent, output in zip(agents, finish(agents), strict=True):
+        assert agent.returncode == 0, output[-3000:]
+    done = _records(tmp_path, "done")[0]
+    assert (done["world_size"], done["allreduce_syncs"]) == (2, done["step"])
+    _assert_close(tmp_path, ddp_one, rtol=RTOL, atol=ATOL)
+
+
+def test_fsdp_on_two_hosts_times_two_ranks_equals_one_process(make_cluster, data, fsdp_one,
+                                                              tmp_path):
+    cluster = make_cluster(2)
+    argv = torchrun_argv("common.fsdp.train", _fsdp_args(data, tmp_path, "--strategy", "fsdp"),
+                         nproc=2)
+    agents = [start(cluster, host, argv) for host in (0, 1)]
+    for agent, output in zip(agents, finish(agents), strict=True):
+        assert agent.returncode == 0, output[-3000:]
+    assert _records(tmp_path, "start")[0]["world_size"] == 4
+    _assert_close(tmp_path, fsdp_one, rtol=RTOL, atol=ATOL)
+
+
+def test_a_host_lost_and_back_under_max_restarts_resumes_from_the_snapshot(
+        make_cluster, data, ddp_one, tmp_path):
+    cluster = make_cluster(2)
+    argv = torchrun_argv("common.ddp.train", _ddp_args(
+        data, tmp_path, "--snapshot", str(tmp_path / "snap.pt"), "--snapshot-every", "2",
+        "--step-delay", "0.5"), nproc=1, max_restarts=1)
+    first = [start(cluster, host, argv) for host in (0, 1)]
+    _wait_for(lambda: (tmp_path / "log.jsonl").exists() and _records(tmp_path, "snapshot"), first)
+    killed = cluster.kill_processes(1)  # node1 loses power: its agent and worker, at once
+    assert first[1].pid in killed or first[1].wait(timeout=10) is not None
+    first[1].communicate()
+    back = start(cluster, 1, argv)  # the machine is back; the job's agent starts there again
+    outputs = finish([first[0], back])
+    assert first[0].returncode == 0 and back.returncode == 0, outputs[0][-3000:]
+    resumed = _records(tmp_path, "resume")
+    assert len(resumed) == 1 and resumed[0]["attempt"] >= 1 and resumed[0]["step"] >= 2
+    assert _records(tmp_path, "done")[-1]["world_size"] == 2
+    _assert_close(tmp_path, ddp_one, rtol=RTOL, atol=ATOL)
+
+
+def test_a_host_lost_under_elastic_nnodes_leaves_one_that_goes_on(make_cluster, data, fsdp_one,
+                                                                  tmp_path):
+    cluster = make_cluster(2)
+    options = {"endpoint": f"node0:{PORT}", "max_restarts": 1, "keep_alive_interval": 1,
+               "keep_alive_max_attempt": 2}
+    args = _fsdp_args(data, tmp_path, "--checkpoint-every", "1", "--step-delay", "0.5")
+    host = start(cluster, 0, elastic_command("common.fsdp.train", args, is_host=True, **options))
+    guest = start(cluster, 1, elastic_command("common.fsdp.train", args, is_host=False, **options))
+
+    def checkpointed_by_two() -> bool:
+        if not (tmp_path / "log.jsonl").exists():
+            return False
+        records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+        starts = [i for i, r in enumerate(records) if r["event"] == "start" and r["world_size"] == 2]
+        return bool(starts) and any(r["event"] == "checkpoint" and r["step"] >= 2
+                                    for r in records[starts[0]:])
+
+    _wait_for(checkpointed_by_two, [host, guest])
+    cluster.kill_processes(1)  # node1 is gone: its agent and workers at once (their sockets
+    cluster.link(1, up=False)  # closed first), then its cable pulled
+    guest.communicate()
+    output = finish([host])[0]
+    assert host.returncode == 0, output[-3000:]
+    sizes = [r["world_size"] for r in _records(tmp_path, "start")]
+    assert sizes[-2:] == [2, 1], sizes
+    assert _records(tmp_path, "resume")[-1]["world_size"] == 1
+    _assert_close(tmp_path, fsdp_one, rtol=RTOL, atol=ATOL)
