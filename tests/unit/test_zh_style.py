@@ -94,6 +94,8 @@ TERMS = [
     Rule("running sum", r"滑动(?!平均)", "累积（running sum）/ 滑动平均（moving average）",
          "只保留滑动累加的和。", "只保留累积的和；BatchNorm 的滑动平均。"),
     Rule("public check", r"可见检查", "公开检查", "可见检查已通过。", "公开检查已通过。"),
+    Rule("dash", r"(?<=[\u4e00-\u9fff\d]) — (?=[\u4e00-\u9fff])", "——（中文的破折号占两格）", "## 练习 6 — 排查设备选择",
+         "## 练习 6 —— 排查设备选择；（— 表示没有）"),
     Rule("got", r"得到的是|实际得到", "实际为（check messages' “got”）", "应为 2；得到的是 3", "应为 2，实际为 3",
          only=r"messages_zh\.json"),
     Rule("exercise contents", r"本章内容", "本练习内容（练习笔记本的开头）", "## 本章内容", "## 本练习内容",
