@@ -44,8 +44,8 @@ from typing import BinaryIO
 
 import psutil
 
-from tests.speedups.agent import preload_libraries
 from common.ddp.launch import free_port, launch_env, torchrun_command
+from tests.speedups.agent import preload_libraries
 
 #: Seconds the other ranks get to stop on their own after one failed, and after SIGTERM.
 GRACE = 5.0

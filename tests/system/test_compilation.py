@@ -14,6 +14,7 @@ from common.compilation import (
     pointwise_chain,
     time_by_layer_type,
 )
+from tests.system_parts import require
 
 
 def test_pointwise_chain_is_eval_batchnorm_then_half_silu():
@@ -49,8 +50,8 @@ def test_compare_ms_alternates_after_one_warm_up_each():
         compare_ms({"a": named("a")}, torch.ones(1), repeats=0)
 
 
-@pytest.mark.skipif(cpp_compiler() is None, reason="Inductor needs a C++ compiler on the CPU")
 def test_compare_ms_times_a_compiled_function_that_computes_the_same():
+    require("a C++ compiler", None if cpp_compiler() else "Inductor needs one on the CPU: make system-deps installs g++")
     args = chain_inputs(2, 4, 8)
     compiled = torch.compile(pointwise_chain)
     medians = compare_ms({"eager": pointwise_chain, "compiled": compiled}, *args, repeats=3)

@@ -10,7 +10,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.notebook_parameters import TEST_PARAMETERS, apply_parameters, parameters_cells, rewrite_source
+from tests.notebook_parameters import (
+    TEST_PARAMETERS,
+    apply_parameters,
+    parameters_cells,
+    rewrite_source,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted([*REPO.glob("chapters/*.ipynb"), *REPO.glob("chapters/zh/*.ipynb"),
