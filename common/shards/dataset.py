@@ -26,13 +26,14 @@ import io
 import itertools
 import os
 import tarfile
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.distributed as dist
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
 from torchvision.transforms import v2
 from torchvision.transforms.functional import pil_to_tensor
 
@@ -217,7 +218,7 @@ def round_robin(streams: Sequence[Sequence], batch_size: int) -> list[list]:
 
 
 def resume_batches(sequences: Sequence[Sequence], consumed: Sequence[int], *, world_size: int,
-                   batch_size: int) -> list[list[list]]:
+                   batch_size: int, sizes: Sequence[Sequence[int]] | None = None) -> list[list[list]]:
     """``plan[rank]``: the batches each rank of a resumed epoch yields, and what they consume.
 
     ``sequences[r]`` is what rank ``r`` of the interrupted plan yields in an epoch, in order;
@@ -225,32 +226,54 @@ def resume_batches(sequences: Sequence[Sequence], consumed: Sequence[int], *, wo
     ``world_size * batch_size`` samples, as evenly as possible from each old rank's rest in
     rank order, and deals them out in ``world_size`` consecutive parts: every sample once, and
     with the same global batch the samples of each step are the uninterrupted run's.
+    ``sizes[r]``, the old rank's batch sizes, keeps its batches as they were (a short batch
+    included) where the global batch is the same and the counts fall between batches; on as
+    many ranks as before, each rank then gets its own old rank's batches.
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
     plan: list[list[list]] = [[] for _ in range(world_size)]
-    for chunk, _position in _steps(sequences, consumed, world_size * batch_size):
-        for rank, part in enumerate(np.array_split(np.arange(len(chunk)), world_size)):
+    for pieces, _position in _steps(sequences, consumed, world_size * batch_size, sizes):
+        if len(pieces) == world_size and sizes is not None:
+            parts = pieces
+        else:
+            chunk = [sample for piece in pieces for sample in piece]
+            parts = [[chunk[k] for k in part]
+                     for part in np.array_split(np.arange(len(chunk)), world_size)]
+        for rank, part in enumerate(parts):
             if len(part):
-                plan[rank].append([chunk[k] for k in part])
+                plan[rank].append(list(part))
     return plan
 
 
-def _steps(sequences: Sequence[Sequence], consumed: Sequence[int],
-           global_batch: int) -> Iterator[tuple[list, list[int]]]:
-    # Each step's samples, and how many of each old rank's sequence are consumed after it.
+def _steps(sequences: Sequence[Sequence], consumed: Sequence[int], global_batch: int,
+           sizes: Sequence[Sequence[int]] | None = None) -> Iterator[tuple[list, list[int]]]:
+    # Each step's pieces (one per old rank), and how many of each old rank's sequence are
+    # consumed after it. With ``sizes``: each old rank's next batch, as it was.
     base, extra = divmod(global_batch, len(sequences))
     takes = [base + (r < extra) for r in range(len(sequences))]
     position = list(consumed)
+    following = None
+    if sizes is not None:
+        bounds = [list(itertools.accumulate(batch_sizes, initial=0)) for batch_sizes in sizes]
+        if all(n in bound for n, bound in zip(consumed, bounds, strict=True)) and \
+                all(len(b) == len(bounds[0]) for b in bounds):
+            following = [bound.index(n) for n, bound in zip(consumed, bounds, strict=True)]
     while True:
-        chunk = []
+        pieces = []
         for r, sequence in enumerate(sequences):
-            piece = sequence[position[r]:position[r] + takes[r]]
+            if following is not None:
+                t = following[r]
+                take = sizes[r][t] if t < len(sizes[r]) else 0
+                following[r] += 1
+            else:
+                take = takes[r]
+            piece = list(sequence[position[r]:position[r] + take])
             position[r] += len(piece)
-            chunk.extend(piece)
-        if not chunk:
+            pieces.append(piece)
+        if not any(pieces):
             return
-        yield chunk, list(position)
+        yield pieces, list(position)
 
 
 def _tar_index(path: os.PathLike) -> list[list[tarfile.TarInfo]]:
@@ -308,6 +331,9 @@ class ShardedImageDataset(IterableDataset):
             ``MAX_BUFFER_BYTES``, 512 MiB per consumer); more is a ``ShardError``.
         max_pixels: Refuse larger images (default ``PIL.Image.MAX_IMAGE_PIXELS``).
         decode: ``"auto"`` (default; see :func:`uses_uint8`), ``"pil"`` or ``"uint8"``.
+        seeded: Run ``transform`` under a seed of its own per sample, ``(seed, epoch, shard,
+            key)`` (as ``common.ddp.data.SeededAugment``): a sample's augmentation then
+            depends on no worker, rank or resume (a padded repeat gets the same one).
         batch_size: The DataLoader's batch size, needed to resume mid-epoch (``state_dict``):
             the loader takes one batch from each worker in turn, so the order of a rank's
             samples depends on it. The loader must keep ``drop_last=False``.
@@ -327,7 +353,7 @@ class ShardedImageDataset(IterableDataset):
                  equalize: str = "pad", verify: bool = True, allow_uneven: bool = False,
                  max_buffer_bytes: int = MAX_BUFFER_BYTES, max_pixels: int | None = None,
                  decode: str = "auto", allow_duplicate_keys: bool = False,
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, seeded: bool = False) -> None:
         super().__init__()
         self.shards = read_manifest(shards) if isinstance(shards, (str, os.PathLike)) \
             else list(shards)
@@ -354,7 +380,7 @@ class ShardedImageDataset(IterableDataset):
         self.equalize, self.allow_duplicate_keys = equalize, allow_duplicate_keys
         self.uint8 = uses_uint8(decode, transform)
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self.batch_size = batch_size
+        self.batch_size, self.seeded = batch_size, seeded
         self._resume: dict | None = None
         self._indexes: dict[int, list[list[tarfile.TarInfo]]] = {}
         if verify:
@@ -450,13 +476,18 @@ class ShardedImageDataset(IterableDataset):
         state = self._resume
         if state is None or state["epoch"] != self.epoch:
             return None
-        sequences = [[sample for batch in self.rank_sequence(
-            r, epoch=state["epoch"], world_size=state["world_size"],
-            num_workers=state["num_workers"], batch_size=state["batch_size"]) for sample in batch]
-            for r in range(state["world_size"])]
+        batches = [self.rank_sequence(r, epoch=state["epoch"], world_size=state["world_size"],
+                                      num_workers=state["num_workers"],
+                                      batch_size=state["batch_size"])
+                   for r in range(state["world_size"])]
+        sequences = [[sample for batch in rank_batches for sample in batch]
+                     for rank_batches in batches]
+        same = self.world_size * self._need_batch_size() == state["world_size"] * state["batch_size"]
+        sizes = [[len(batch) for batch in rank_batches] for rank_batches in batches] if same \
+            else None
         plan = resume_batches(sequences, state["consumed"], world_size=self.world_size,
-                              batch_size=self._need_batch_size())
-        return state, sequences, plan
+                              batch_size=self.batch_size, sizes=sizes)
+        return state, (sequences, sizes), plan
 
     def _need_batch_size(self) -> int:
         if not self.batch_size:
@@ -473,9 +504,10 @@ class ShardedImageDataset(IterableDataset):
         """
         resumed = self._resumed()
         if resumed is not None:
-            state, sequences, _plan = resumed
+            state, (sequences, sizes), _plan = resumed
             global_batch = self.world_size * self._need_batch_size()
-            steps = itertools.islice(_steps(sequences, state["consumed"], global_batch), batches)
+            steps = itertools.islice(_steps(sequences, state["consumed"], global_batch, sizes),
+                                     batches)
             consumed = next(itertools.chain(reversed(list(steps)), [(None, state["consumed"])]))[1]
             return {**state, "consumed": consumed}
         batch_size = self._need_batch_size()
@@ -528,6 +560,34 @@ class ShardedImageDataset(IterableDataset):
         return (decode_uint8(record, max_pixels=self.max_pixels) if self.uint8
                 else decode_image(record, max_pixels=self.max_pixels))
 
+    def planned_loader(self, *, num_workers: int = 0, collate_fn: Callable | None = None,
+                       **options) -> DataLoader:
+        """A DataLoader of ``batch_size`` batches that keeps a resumed epoch's batches as
+        planned: a plain DataLoader cuts each worker's samples anew, so a short batch in the
+        middle of a resumed epoch (the last of a worker before the stop) would shift the
+        batches after it. Outside a resumed epoch it is the plain DataLoader."""
+        if self._resumed() is None:
+            return DataLoader(self, batch_size=self._need_batch_size(), num_workers=num_workers,
+                              collate_fn=collate_fn, **options)
+        return DataLoader(_PlannedBatches(self, collate_fn or default_collate), batch_size=None,
+                          num_workers=num_workers, **options)
+
+    def sample(self, record: ShardRecord):
+        """``(image, label)`` of one record: decoded, then transformed."""
+        image = self._decode(record)
+        label = record.label
+        if self.transform and self.seeded:
+            seed = np.random.SeedSequence([self.seed, self.epoch, zlib.crc32(
+                f"{record.shard}/{record.key}".encode())]).generate_state(1)[0]
+            with torch.random.fork_rng(devices=[]):
+                torch.default_generator.manual_seed(int(seed))
+                image = self.transform(image)
+        elif self.transform:
+            image = self.transform(image)
+        if self.target_transform:
+            label = self.target_transform(label)
+        return image, label
+
     def __iter__(self):
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 0)
@@ -535,10 +595,19 @@ class ShardedImageDataset(IterableDataset):
         records = (self._resumed_records(resumed[2], worker, num_workers) if resumed
                    else self.records(worker=worker, num_workers=num_workers))
         for record in records:
-            image = self._decode(record)
-            label = record.label
-            if self.transform:
-                image = self.transform(image)
-            if self.target_transform:
-                label = self.target_transform(label)
-            yield image, label
+            yield self.sample(record)
+
+
+class _PlannedBatches(IterableDataset):
+    # A resumed epoch's planned batches of this rank, collated, dealt out to the workers in turn.
+    def __init__(self, dataset: ShardedImageDataset, collate_fn: Callable) -> None:
+        super().__init__()
+        self.dataset, self.collate_fn = dataset, collate_fn
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        plan = self.dataset._resumed()[2][self.dataset.rank]
+        for batch in plan[worker::workers]:
+            yield self.collate_fn([self.dataset.sample(self.dataset.read_sample(shard, position))
+                                   for shard, position in batch])

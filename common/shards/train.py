@@ -17,8 +17,11 @@ evaluates on the validation shards.
 ``--snapshot PATH`` is written at the end of every epoch and resumed from when it exists, under
 the DDP trainer's contract (``common.ddp.snapshot.check_resume``): the settings and the shards
 (every name and sha256 of both manifests) must be the snapshot's, except what
-``RESUME_MAY_CHANGE`` lists; a longer ``--num-epochs`` extends an ended run, and says so. A run
-stopped mid-epoch starts that epoch again.
+``RESUME_MAY_CHANGE`` lists; a longer ``--num-epochs`` extends an ended run, and says so.
+``--snapshot-every N`` writes it every N steps too: a run stopped mid-epoch then goes on from
+its last snapshot by sample offset (``ShardedImageDataset.state_dict``, kept beside the snapshot
+in ``<snapshot>.data.json``), reading and decoding only the rest of the epoch, to the weights
+of the uninterrupted run; ``--max-steps`` stops a run after that many steps (to try it).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from common.cli import (
 )
 from common.ddp.config import MIN_IMAGE_SIZE
 from common.ddp.config import RESUME_MAY_CHANGE as DDP_MAY_CHANGE
+from common.ddp.data import CropFlip, NormalizeCollate
 from common.ddp.process_group import (
     DistInfo,
     all_reduce_sum,
@@ -64,7 +68,7 @@ from common.paths import default_data_root
 from common.shapes import CLASSES
 from common.shards import MANIFEST_NAME, ShardedImageDataset, ShardInfo, read_manifest
 from common.training import evaluate, train_one_epoch
-from common.transforms import V2EvalPreset, V2TrainPreset
+from common.transforms import V2EvalPreset
 
 
 @dataclass
@@ -85,7 +89,8 @@ class ShardTrainConfig:
     batch_size: int = option(32, "batch per rank")
     num_epochs: int = option(3, "number of epochs")
     lr: float = option(3e-3, "Adam learning rate")
-    augment: bool = option(True, "random crops and flips")
+    augment: bool = option(True, "random resized crops and flips (pytorch/examples' recipe, seeded "
+                           "per sample)")
     num_workers: int = option(0, "DataLoader worker processes per rank")
     buffer_size: int = option(256, "shuffle buffer (samples per worker)")
     equalize: str = option("pad", "equal batches per rank: pad, drop, or none",
@@ -97,6 +102,9 @@ class ShardTrainConfig:
     out: str = option("", "write the run's history here as JSON (rank 0)")
     snapshot: str = option("", "snapshot file, written after every epoch; resumed from if it "
                            "exists (same settings and shards required)")
+    snapshot_every: int = option(0, "also write --snapshot every N steps, mid-epoch (0: at the "
+                                 "end of each epoch only)")
+    max_steps: int = option(0, "stop after this many steps in all (0: run every epoch)")
     tiny: bool = option(False, "a configuration small enough for tests (flags given still win)")
 
     def __post_init__(self) -> None:
@@ -124,7 +132,8 @@ def check_config(config: ShardTrainConfig) -> dict[str, str]:
             **at_least(config, MIN_IMAGE_SIZE, "image_size", why="SmallCNN halves it three times"),
             **is_file(config, "weights"),
             **({"model": problem} if (problem := model_problem(config.model)) else {}),
-            **non_negative(config, "num_workers", "lr", "seed"), **finite(config, "lr"),
+            **non_negative(config, "num_workers", "lr", "seed", "snapshot_every", "max_steps"),
+            **finite(config, "lr"),
             **is_file_or_absent(config, "out", "snapshot"),
             **distinct_files(config, "snapshot", "out")}
 
@@ -206,20 +215,22 @@ class CountingLoader:
 def build_loaders(config: ShardTrainConfig, info: DistInfo) -> tuple[DataLoader, DataLoader]:
     """The train loader over this rank's shards, and the validation loader (all shards)."""
     size = config.image_size
-    train_tf = (V2TrainPreset(crop_size=size, scale=(0.6, 1.0)) if config.augment
+    # Augmented: the DDP trainer's crop and flip to uint8, the batch normalized last.
+    train_tf = (CropFlip(size, scale=(0.6, 1.0)) if config.augment
                 else V2EvalPreset(resize_size=size, crop_size=size))
     train_set = ShardedImageDataset(
         read_shards(config, "shards"), train_tf,
         buffer_size=config.buffer_size, seed=config.seed, rank=info.rank,
         world_size=info.world_size, equalize=config.equalize,
-        allow_duplicate_keys=config.allow_duplicate_keys)
+        allow_duplicate_keys=config.allow_duplicate_keys, batch_size=config.batch_size,
+        seeded=True)
     val_set = ShardedImageDataset(
         read_shards(config, "val_shards"), V2EvalPreset(resize_size=size, crop_size=size),
         shuffle=False, rank=0, world_size=1, equalize="none",
         allow_duplicate_keys=config.allow_duplicate_keys)
     pin = info.device.type == "cuda"
     return (DataLoader(train_set, batch_size=config.batch_size, num_workers=config.num_workers,
-                       pin_memory=pin),
+                       pin_memory=pin, collate_fn=NormalizeCollate() if config.augment else None),
             DataLoader(val_set, batch_size=2 * config.batch_size, pin_memory=pin))
 
 
@@ -272,18 +283,25 @@ def resume(config: ShardTrainConfig, info: DistInfo, model: torch.nn.Module,
                            may_change=RESUME_MAY_CHANGE, identity=identity)
     position = load_snapshot(config.snapshot, model=model, optimizer=optimizer, rank=info.rank,
                              snapshot=snapshot)
+    state = read_data_state(config.snapshot, position) if position.batch_in_epoch else None
     if is_main_process():
-        print(resume_line(config, snapshot["settings"]["num_epochs"], position.epoch, changed),
-              flush=True)
+        print(resume_line(config, snapshot["settings"]["num_epochs"], position.epoch, changed,
+                          step=position.step, state=state), flush=True)
     return position
 
 
-def resume_line(config: ShardTrainConfig, saved_epochs: int, done: int, changed: bool) -> str:
+def resume_line(config: ShardTrainConfig, saved_epochs: int, done: int, changed: bool, *,
+                step: int = 0, state: dict | None = None) -> str:
     """What a resume says: where it continues, and an extended or ended run as such.
+
+    ``state``: the shards' position of a snapshot taken mid-epoch ``done`` at ``step``.
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
     line = f"resumed from {config.snapshot} after epoch {done} of {saved_epochs}"
+    if state is not None:
+        line = (f"resumed from {config.snapshot} in epoch {done} after step {step} "
+                f"({', '.join(map(str, state['consumed']))} samples of each rank read)")
     if changed:
         verb = "extends" if config.num_epochs > saved_epochs else "shortens"
         line += f"; --num-epochs {saved_epochs} -> {config.num_epochs} {verb} the run"
@@ -308,14 +326,22 @@ def train(config: ShardTrainConfig) -> list[dict]:
         identity = data_identity(train_loader, val_loader, classes)
         position = (resume(config, info, model, optimizer, identity)
                     if config.snapshot and Path(config.snapshot).exists() else Position())
+        if position.batch_in_epoch:
+            train_loader.dataset.load_state_dict(read_data_state(config.snapshot, position))
         history = []
+        steps = StepCounter(config, info, model, optimizer, identity, position)
         for epoch in range(position.epoch, config.num_epochs):
+            if steps.done():
+                break
             history.append(train_and_evaluate(model, train_loader, val_loader, optimizer, info,
-                                              epoch))
-            position = Position(epoch + 1, position.step + history[-1]["batches_per_rank"][0])
+                                              epoch, steps=steps))
+            if steps.done() and steps.position.batch_in_epoch:
+                break  # stopped mid-epoch (--max-steps): the snapshot says where
+            steps.position = Position(epoch + 1, steps.position.step)
             if config.snapshot:
                 save_snapshot(config.snapshot, model=model, optimizer=optimizer,
-                              position=position, settings=asdict(config), identity=identity)
+                              position=steps.position, settings=asdict(config),
+                              identity=identity)
         if is_main_process() and config.out:
             Path(config.out).parent.mkdir(parents=True, exist_ok=True)
             Path(config.out).write_text(json.dumps({"world_size": info.world_size,
@@ -326,14 +352,100 @@ def train(config: ShardTrainConfig) -> list[dict]:
     return history
 
 
-def train_and_evaluate(model, train_loader: DataLoader, val_loader: DataLoader, optimizer,
-                       info: DistInfo, epoch: int) -> dict:
-    """One epoch's record: every rank's counts, training metrics, and (rank 0) validation.
+def data_state_path(snapshot: str | Path) -> Path:
+    """Where the training shards' position is kept beside ``snapshot``.
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
-    train_loader.dataset.set_epoch(epoch)
-    record = {"epoch": epoch, **run_epoch(model, CountingLoader(train_loader), optimizer, info)}
+    return Path(f"{snapshot}.data.json")
+
+
+def read_data_state(snapshot: str | Path, position: Position) -> dict:
+    """The ``ShardedImageDataset`` state saved with the snapshot at ``position.step``.
+
+    Raises:
+        ValueError: Naming the file, if it is missing or holds no state of that step.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    path = data_state_path(snapshot)
+    try:
+        states = json.loads(path.read_text(encoding="utf-8"))
+        return states[str(position.step)]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: no shard position for step {position.step} of the snapshot "
+                         f"{snapshot}, which stopped mid-epoch ({error})") from error
+
+
+class StepCounter:
+    """Counts optimizer steps; writes the mid-epoch snapshots and stops at ``--max-steps``.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+
+    def __init__(self, config: ShardTrainConfig, info: DistInfo, model, optimizer,
+                 identity: dict[str, str], position: Position) -> None:
+        self.config, self.info, self.model, self.optimizer = config, info, model, optimizer
+        self.identity, self.position = identity, position
+        self.resumed_at = 0  # batch_in_epoch where this process's epoch began
+
+    def done(self) -> bool:
+        return 0 < self.config.max_steps <= self.position.step
+
+    def batches(self, loader: DataLoader):
+        """``loader``'s batches; after each step, a snapshot every ``--snapshot-every``."""
+        for batch in loader:
+            yield batch  # the caller trains on it before asking for the next one
+            self.position = Position(self.position.epoch, self.position.step + 1,
+                                     self.position.batch_in_epoch + 1)
+            every = self.config.snapshot_every
+            if self.config.snapshot and (self.done() or every and self.position.step % every == 0):
+                self.save_mid_epoch(loader)
+            if self.done():
+                return
+
+    def save_mid_epoch(self, loader: DataLoader) -> None:
+        dataset = loader.dataset
+        dataset = getattr(dataset, "dataset", dataset)  # a resumed epoch's planned batches
+        state = dataset.state_dict(self.position.batch_in_epoch - self.resumed_at,
+                                          num_workers=self.config.num_workers)
+        if is_main_process():  # the position first: a snapshot never lacks its own
+            path = data_state_path(self.config.snapshot)
+            states = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+            states = {step: value for step, value in states.items()
+                      if int(step) > self.position.step - 100 * max(self.config.snapshot_every, 1)}
+            states[str(self.position.step)] = state
+            partial = path.with_suffix(".partial")
+            partial.write_text(json.dumps(states), encoding="utf-8")
+            partial.replace(path)
+        save_snapshot(self.config.snapshot, model=self.model, optimizer=self.optimizer,
+                      position=self.position, settings=asdict(self.config),
+                      identity=self.identity)
+
+
+def train_and_evaluate(model, train_loader: DataLoader, val_loader: DataLoader, optimizer,
+                       info: DistInfo, epoch: int, *, steps: StepCounter | None = None) -> dict:
+    """One epoch's record: every rank's counts, training metrics, and (rank 0) validation.
+
+    With ``steps``, an epoch resumed mid-way continues where its state says, and the
+    counter's mid-epoch snapshots and ``--max-steps`` apply.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    loader = train_loader
+    if steps is not None:
+        if steps.position.batch_in_epoch:  # resumed mid-epoch: the rest, in its planned batches
+            train_loader = train_loader.dataset.planned_loader(
+                num_workers=train_loader.num_workers, collate_fn=train_loader.collate_fn,
+                pin_memory=train_loader.pin_memory)
+        else:
+            train_loader.dataset.set_epoch(epoch)
+        steps.position = Position(epoch, steps.position.step, steps.position.batch_in_epoch)
+        steps.resumed_at = steps.position.batch_in_epoch
+        loader = _Batches(steps, train_loader)
+    else:
+        train_loader.dataset.set_epoch(epoch)
+    record = {"epoch": epoch, **run_epoch(model, CountingLoader(loader), optimizer, info)}
     if is_main_process():
         record["val_loss"], record["val_acc"] = evaluate(unwrap(model), val_loader, info.device)
         print(f"epoch {epoch}: batches per rank {record['batches_per_rank']}, samples "
@@ -341,6 +453,15 @@ def train_and_evaluate(model, train_loader: DataLoader, val_loader: DataLoader, 
               f"{record['train_loss']:.3f}, val acc {record['val_acc']:.3f} "
               f"({record['seconds']:.1f} s)", flush=True)
     return record
+
+
+class _Batches:
+    # A loader whose iteration goes through StepCounter.batches (len() is not needed).
+    def __init__(self, steps: StepCounter, loader: DataLoader) -> None:
+        self.steps, self.loader = steps, loader
+
+    def __iter__(self):
+        return self.steps.batches(self.loader)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,7 @@ import json
 import subprocess
 
 import pytest
+import torch
 
 from common.data import CustomImageDataset
 from common.ddp.snapshot import read_snapshot
@@ -60,3 +61,28 @@ def test_two_ranks_uneven_shards_equal_batches(tiny_shards, tmp_path, policy):
     saved = read_snapshot(snapshot)  # written by rank 0, with both ranks' RNG states
     assert saved["epoch"] == 2 and len(saved["rng"]) == 2
     assert sorted(saved["identity"])[0] == "--shards shard-000000.tar"
+
+
+@pytest.mark.slow
+def test_two_ranks_stopped_mid_epoch_resume_on_other_workers_to_the_same_weights(tiny_shards,
+                                                                                 tmp_path):
+    """2 ranks, batch 4 per rank, pad: an epoch of 4 steps (the third one short). Stopped after
+    step 2 with 2 DataLoader workers per rank, resumed with none: the uninterrupted run's
+    weights. (The next epoch would follow the new plan's order: one epoch is compared.)"""
+    def launch(snapshot, *extra):
+        done = run_forked(forked_ranks_command("common.shards.train", [
+            "--tiny", "--shards", str(tiny_shards / "train"), "--val-shards",
+            str(tiny_shards / "val"), "--snapshot", str(snapshot), "--num-epochs", "1", *extra],
+            nproc=2),
+            timeout=240, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    whole, stopped = tmp_path / "whole.pt", tmp_path / "stopped.pt"
+    launch(whole, "--num-workers", "2")
+    launch(stopped, "--num-workers", "2", "--max-steps", "2")
+    assert read_snapshot(stopped)["batch_in_epoch"] == 2
+    out = launch(stopped, "--num-workers", "0")
+    assert "in epoch 0 after step 2 (8, 8 samples of each rank read)" in out
+    for name, tensor in read_snapshot(whole)["model"].items():
+        assert torch.equal(tensor, read_snapshot(stopped)["model"][name]), name

@@ -85,7 +85,8 @@ def test_resume_with_other_settings_is_refused_naming_each(shards, ended, capsys
     err = capsys.readouterr().err
     assert "--allow-duplicate-keys False -> True; --batch-size 4 -> 2; --lr 0.003 -> 0.01; " \
            "--seed 0 -> 3. Resume with the snapshot's values" in err
-    assert "may change on resume: --num-epochs, --num-workers, --out, --snapshot, --tiny" in err
+    assert ("may change on resume: --max-steps, --num-epochs, --num-workers, --out, --snapshot, "
+            "--snapshot-every, --tiny") in err
     assert snapshot.read_bytes() == good
 
 
@@ -155,3 +156,30 @@ def test_workers_outputs_and_length_may_change_on_resume(shards, ended, tmp_path
                 for path in sorted((shards / split).glob("*.tar"))}
     assert check_resume(snapshot, read_snapshot(snapshot), asdict(config),
                         may_change=shard_train.RESUME_MAY_CHANGE, identity=identity)  # 1 -> 3
+
+
+def test_a_run_stopped_mid_epoch_resumes_to_the_uninterrupted_weights(shards, tmp_path, capsys):
+    """--tiny trains 2 epochs of 6 steps (24 samples, batch 4), augmented per sample; a run
+    stopped after step 4 resumes from its snapshot mid-epoch, reading only the rest (with
+    DataLoader workers and 2 ranks: tests/system/test_shard_train.py)."""
+    whole = tmp_path / "whole.pt"
+    _train(shards, whole, "--equalize", "pad")
+    stopped = tmp_path / "stopped.pt"
+    _train(shards, stopped, "--equalize", "pad", "--snapshot-every", "3", "--max-steps", "4")
+    saved = read_snapshot(stopped)
+    assert (saved["epoch"], saved["step"], saved["batch_in_epoch"]) == (0, 4, 4)
+    state = json.loads(shard_train.data_state_path(stopped).read_text())["4"]
+    assert state["consumed"] == [16] and state["epoch"] == 0
+    history = _train(shards, stopped, "--equalize", "pad")
+    assert "in epoch 0 after step 4 (16 samples of each rank read)" in capsys.readouterr().out
+    assert [epoch["samples_per_rank"] for epoch in history] == [[8], [24]]  # the rest, then all
+    for name, tensor in _model(whole).items():
+        assert torch.equal(tensor, _model(stopped)[name]), name
+
+
+def test_a_mid_epoch_snapshot_without_its_shard_position_is_refused(shards, tmp_path):
+    stopped = tmp_path / "stopped.pt"
+    _train(shards, stopped, "--equalize", "pad", "--max-steps", "2")
+    shard_train.data_state_path(stopped).unlink()
+    with pytest.raises(ValueError, match="no shard position for step 2"):
+        _train(shards, stopped, "--equalize", "pad")
