@@ -129,6 +129,16 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
   reason this mode is for trusted input only); files are bounded per file only (the working
   copy is on the host's disk).
 
+- *Answer files* (an exercise whose answer is a script: ``submission.read_answer_file``,
+  ``inside/judge.place_files``). Only the paths the instructor source's answer cell names are read,
+  from the submitted notebook's own folder, as a notebook is read: no link anywhere below that folder,
+  a regular file, at most ``MAX_ANSWER_FILE`` bytes of UTF-8; a file as handed out is not run. The text
+  travels in its exercise's request, and the judge writes it into the working copy after listing what
+  is there (so it is a file the exercise created, removed with the rest after it), refusing a path
+  that leaves the working copy, passes a link or names a file already there. The script then runs
+  where any answer runs, under the exercise's sandbox, uid and limits; no other submission or
+  exercise sees it, and it never holds a check (the checker runs it as a child process, and the checker
+  is not dumpable).
 - *The host side cannot be taken down.* An answer cell over 100,000 characters is refused
   unparsed, and one nested too deeply is a syntax error of its exercise; only regular files
   are read (opened without blocking: a FIFO is refused); every string from a submission is

@@ -252,11 +252,6 @@ def _check(config: GradingConfig) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if any(arg == "--self" or arg.startswith("--self=") for arg in argv):
-        from course.grading.self_grade import main as self_main
-
-        return self_main(argv)
     config = parse_dataclass_args(GradingConfig, argv, description=__doc__.splitlines()[0],
                                   validate=_check, epilog="A learner grades their own notebook, where it is, "
                                   "with: python -m course.grading --self PATH (make grade-me NOTEBOOK=PATH).")

@@ -24,7 +24,7 @@ from course.assignments import NOTEBOOK_NAME, answer_files, exercises_of, instru
 from course.grading.text import shown
 from course.messages import CHINESE, ENGLISH, notebook_language, translated
 
-PROG = "python -m course.grading --self"
+PROG = "python -m course.grading"
 
 
 def _parser() -> argparse.ArgumentParser:

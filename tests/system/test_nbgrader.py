@@ -59,13 +59,13 @@ def _config(course: Path) -> Config:
     return PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
 
 
-def nbgrader(course: Path, step: str, *, force: bool = True, create: bool = True) -> dict:
+def nbgrader(course: Path, step: str, *, force: bool = True, create: bool = True, assignment: str = "ex01") -> dict:
     """``nbgrader generate_assignment ex01 --force`` (``step="generate"``) or ``nbgrader autograde ex01
     --create --force`` (``step="autograde"``), in this process: nbgrader's ``capture_log`` result
     (``success``, and ``log``, ``error`` where there are any)."""
     config = _config(course)
     coursedir = CourseDirectory(config=config)
-    coursedir.assignment_id = "ex01"
+    coursedir.assignment_id = assignment
     if step == "generate":
         converter = GenerateAssignment(coursedir=coursedir, config=config)
         converter.create_assignment = create
@@ -154,3 +154,30 @@ def test_autograde_gives_points_for_blank_partial_and_complete_work(course):
         assert gradebook.find_assignment("ex01").max_score == sum(e.points for e in exercises)
     assert scores == {"blank": 0, "partial": first.points,
                       "complete": sum(e.points for e in exercises)}
+
+
+def test_a_file_exercise_goes_out_with_its_handed_out_file_and_no_solution(tmp_path):
+    """ex04 Exercise 2's answer is a file: the instructor copies the source and the student's ex04_work/
+    (the handed-out files) into source/ex04/, and the release holds them as handed out, never the solution
+    in solutions/ex04_work/; autograde then runs what each student hands back beside the notebook."""
+    from course.assignments import exercises_dir, solutions_dir
+
+    name = "ex04_distributed_training.ipynb"
+    (tmp_path / "nbgrader_config.py").write_text(
+        "c = get_config()\n"
+        f"c.CourseDirectory.root = {str(tmp_path)!r}\n"
+        "c.CourseDirectory.course_id = 'companion'\n")
+    source = tmp_path / "source" / "ex04"
+    source.mkdir(parents=True)
+    shutil.copy(solutions_dir() / name, source / name)
+    shutil.copytree(exercises_dir() / "ex04_work", source / "ex04_work")
+    result = nbgrader(tmp_path, "generate", assignment="ex04")
+    assert result["success"], result.get("log", "") + result.get("error", "")
+    release = tmp_path / "release" / "ex04"
+    handed = (release / "ex04_work" / "fixed_ddp.py").read_text(encoding="utf-8")
+    assert handed == (exercises_dir() / "ex04_work" / "fixed_ddp.py").read_text(encoding="utf-8")
+    assert handed != (solutions_dir() / "ex04_work" / "fixed_ddp.py").read_text(encoding="utf-8")
+    notebook = nbformat.read(release / name, as_version=4)
+    committed = nbformat.read(exercises_dir() / name, as_version=4)
+    assert [c.source for c in notebook.cells if c.cell_type == "code"] == \
+        [c.source for c in committed.cells if c.cell_type == "code"]
