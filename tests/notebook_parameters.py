@@ -22,13 +22,12 @@ TAG = "parameters"
 TEST_PARAMETERS: dict[str, dict[str, object]] = {
     "02_1_dataset_dataloader": {"EPOCH_REPEATS": 1},
     "02_3_custom_datasets": {"NUM_EPOCHS": 3},
+    "05_sharded_datasets": {"NUM_EPOCHS": 2},
     "03_1_efficient_pipelines": {"EPOCH_REPEATS": 1},
     "04_1_ddp_fundamentals": {"REPEATS": 3, "NUM_EPOCHS": 1},
     "04_2_ddp_training": {"NUM_EPOCHS": 2, "BENCH_STEPS": 6, "BENCH_REPEATS": 1},
     "06_1_fsdp_sharding": {"BENCH_STEPS": 4},
     "06_2_distributed_checkpoints": {"ASYNC_LAYERS": 2},
-    "07_your_data": {"SIZE": 16, "SUBSET": 128, "LOADER_ROUNDS": 1, "LOADER_IMAGES": 256,
-                     "DDP_EPOCHS": 1, "FSDP_EPOCHS": 2, "CHECKPOINT_EVERY": 2, "KILL_AT": 5},
     "06_3_compile_and_resumable_loaders": {"REPEATS": 3, "TRAIN_STEPS": 6},
 }
 
