@@ -28,6 +28,8 @@ TEST_PARAMETERS: dict[str, dict[str, object]] = {
     "04_2_ddp_training": {"NUM_EPOCHS": 2, "BENCH_STEPS": 6, "BENCH_REPEATS": 1},
     "06_1_fsdp_sharding": {"BENCH_STEPS": 4},
     "06_2_distributed_checkpoints": {"ASYNC_LAYERS": 2},
+    "07_your_data": {"SIZE": 16, "SUBSET": 128, "LOADER_ROUNDS": 1, "LOADER_IMAGES": 256,
+                     "DDP_EPOCHS": 1, "FSDP_EPOCHS": 2, "CHECKPOINT_EVERY": 2, "KILL_AT": 5},
     "06_3_compile_and_resumable_loaders": {"REPEATS": 3, "TRAIN_STEPS": 6},
 }
 
