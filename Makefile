@@ -112,9 +112,11 @@ translations: $(STAMP) ## Update chapters/zh/po/*.po from the English notebooks,
 SIZE ?= 0
 BENCH_OUT := build/bench$(if $(filter-out 0,$(SIZE)),/$(SIZE))
 BENCH_SIZE := $(if $(filter-out 0,$(SIZE)),--size $(SIZE) --max-images 640)
-bench: data ## Measure images/s of each pipeline and the shard reader (SIZE=N: an N-image dataset); writes build/bench/
+bench: data ## Measure images/s of each pipeline, the shard reader, CPU per sample against pytorch/examples, the reader against its peers (PEERS_PYTHON=venv python; SIZE=N: an N-image dataset); writes build/bench/
 	$(BIN)/python -m common.fast.benchmark --out $(BENCH_OUT) $(BENCH_SIZE)
 	$(BIN)/python -m common.shards.bench --out build/bench/shards
+	$(BIN)/python -m common.fast.sample_costs --out build/bench/sample_costs
+	$(BIN)/python -m common.shards.peers --out build/bench/peers $(if $(PEERS_PYTHON),--python $(PEERS_PYTHON))
 
 assignments: $(STAMP) ## Rebuild the student versions (chapters/exercises/, zh too) from the instructor sources in solutions/
 	$(BIN)/python -m course.assignments build
@@ -139,10 +141,10 @@ shards: data ## Write tar shards of the dataset to data/shards/ (chapter 5)
 # Ubuntu runners have Google Chrome, and Ubuntu packages Chromium as a snap, not as Debian's chromium.
 BROWSER_PACKAGE = $(shell for b in chromium chromium-browser google-chrome google-chrome-stable; do \
 	command -v $$b >/dev/null && exit 0; done; echo chromium)
-system-deps: ## Install the system parts the tests need (CI fails without them): Chromium + CJK fonts, bubblewrap + uidmap, Slurm + munge, g++ (torch.compile); Debian/Ubuntu
+system-deps: ## Install the system parts the tests need (CI fails without them): Chromium + CJK fonts, bubblewrap + uidmap, Slurm + munge, g++ (torch.compile), iproute2 + nftables (network namespaces); Debian/Ubuntu
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $(BROWSER_PACKAGE) fonts-noto-cjk bubblewrap uidmap \
-		slurm-wlm munge g++
+		slurm-wlm munge g++ iproute2 nftables
 
 figures: $(STAMP) ## Rewrite docs/figures.md's chapter table from the notebooks' stored readings (make check fails when it is stale)
 	$(BIN)/python -m course.figures write
