@@ -213,7 +213,7 @@ shares.round(3)
 # own overhead (guard checks on the inputs), so at this size it can even be slower.
 #
 # SmallCNN is different: a good part of its eager time is *not* in the convolutions but in BatchNorm,
-# ReLU and max-pooling (the table; on a quiet machine `MaxPool2d` alone takes about half of it). Part of
+# ReLU and max-pooling (the table; on a quiet machine `MaxPool2d` alone takes half of it or more). Part of
 # what the compiled model does differently is the memory layout: on a CPU with
 # oneDNN, Inductor hands the convolutions the channels-last layout (`decide_layout_opt` in
 # `torch/_inductor/graph.py`), so every layer after them works on channels-last tensors too. Eager mode
