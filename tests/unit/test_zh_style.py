@@ -116,7 +116,7 @@ LONG_SENTENCES: set[str] = set()
 PENDING: set[str] = {
     *(f"chapters/zh/po/{stem}.po" for stem in (
         "02_1_dataset_dataloader", "02_2_transforms_augmentation", "02_3_custom_datasets", "03_1_efficient_pipelines",
-        "04_2_ddp_training", "05_sharded_datasets", "06_1_fsdp_sharding", "06_2_distributed_checkpoints",
+        "05_sharded_datasets", "06_1_fsdp_sharding", "06_2_distributed_checkpoints",
         "06_3_compile_and_resumable_loaders", "06_4_elastic_training", "07_your_data", "ex01_pytorch_basics",
         "ex02_data_pipelines", "ex03_efficient_pipelines", "ex04_distributed_training", "ex05_sharded_data",
         "ex06_fsdp_checkpoints", "ex07_your_data")),
