@@ -271,8 +271,9 @@ def _train(config: FSDPTrainConfig, info: DistInfo, run_id: str) -> Run:
         run.loader_state = None
         run.position = {"epoch": epoch, "step": run.position["step"], "batch_in_epoch": start}
         metrics = train_epoch(run, train_loader, epoch)
-        if run.position["batch_in_epoch"] < steps_per_epoch * config.grad_accum:
-            run.checkpoint()  # stopped mid-epoch by --max-steps
+        if run.position["batch_in_epoch"] < steps_per_epoch * config.grad_accum:  # stopped by --max-steps
+            if not (config.checkpoint_every and run.position["step"] % config.checkpoint_every == 0):
+                run.checkpoint()  # unless _after_step has just saved this very step
             break
         metrics |= evaluate(forward, val_loader, info.device, image_size=config.image_size)
         run.position = {"epoch": epoch + 1, "step": run.position["step"], "batch_in_epoch": 0}

@@ -83,6 +83,14 @@ def two_ranks(data48, tmp_path_factory):
     return out
 
 
+def test_a_run_stopped_by_max_steps_saves_its_last_step_once(data48, tmp_path):
+    """--checkpoint-every 2 --max-steps 2: the step that both stops and saves is written once, not twice."""
+    assert main(_args(data48, tmp_path, "--checkpoint-every", "2", "--max-steps", "2")) == 0
+    assert [r["step"] for r in _records(tmp_path, "checkpoint")] == [2]
+    assert main(_args(data48, tmp_path / "three", "--checkpoint-every", "2", "--max-steps", "3")) == 0
+    assert [r["step"] for r in _records(tmp_path / "three", "checkpoint")] == [2, 3], "a step between saves"
+
+
 def test_tiny_preset_and_flags_given_win():
     config = parse_config(["--tiny", "--batch-size", "6"])
     assert config.batch_size == 6 and config.subset == TINY["subset"]
