@@ -141,10 +141,10 @@ shards: data ## Write tar shards of the dataset to data/shards/ (chapter 5)
 # Ubuntu runners have Google Chrome, and Ubuntu packages Chromium as a snap, not as Debian's chromium.
 BROWSER_PACKAGE = $(shell for b in chromium chromium-browser google-chrome google-chrome-stable; do \
 	command -v $$b >/dev/null && exit 0; done; echo chromium)
-system-deps: ## Install the system parts the tests need (CI fails without them): Chromium + CJK fonts, bubblewrap + uidmap, Slurm + munge, g++ (torch.compile); Debian/Ubuntu
+system-deps: ## Install the system parts the tests need (CI fails without them): Chromium + CJK fonts, bubblewrap + uidmap, Slurm + munge, g++ (torch.compile), iproute2 + nftables (network namespaces); Debian/Ubuntu
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $(BROWSER_PACKAGE) fonts-noto-cjk bubblewrap uidmap \
-		slurm-wlm munge g++
+		slurm-wlm munge g++ iproute2 nftables
 
 figures: $(STAMP) ## Rewrite docs/figures.md's chapter table from the notebooks' stored readings (make check fails when it is stale)
 	$(BIN)/python -m course.figures write

@@ -6,7 +6,7 @@ Three parts:
   every rank times ``dist.all_reduce`` of float32 tensors of those byte sizes, and rank 0 prints
   one JSON line with the medians;
 * :func:`measure`, which runs that worker on every host of a :class:`common.ddp.cluster.Cluster`
-  with the links limited to a bandwidth (``tc ... tbf``);
+  at several link rates (each rank limits its own host's ``eth0`` with ``tc ... tbf``);
 * the arithmetic: a ring all-reduce of ``S`` bytes over ``p`` hosts sends ``2 (p - 1) / p * S``
   bytes out of every host, so its time is about ``alpha + 2 (p - 1) / p * S / B`` (:func:`fit`
   finds the latency ``alpha`` and the bandwidth ``B`` from measurements), and from that: the
@@ -119,47 +119,81 @@ def positive_int(text: str) -> int:
     return int(text)
 
 
+def shape(interface: str, mbit: float) -> None:
+    """Limit what this host sends through ``interface`` to ``mbit`` Mbit/s (0: no limit): a token
+    bucket (``tc qdisc replace ... tbf``) whose burst holds 1 ms of traffic. Needs root."""
+    import subprocess
+
+    if mbit == 0:
+        subprocess.run(["tc", "qdisc", "del", "dev", interface, "root"], capture_output=True)
+        return
+    burst = max(64 * 1024, int(mbit * 1e6 / 8 / 1000))
+    subprocess.run(["tc", "qdisc", "replace", "dev", interface, "root", "tbf", "rate",
+                    f"{mbit}mbit", "burst", str(burst), "latency", "100ms"], check=True,
+                   capture_output=True)
+
+
 def worker(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m common.ddp.bandwidth",
                                      description="Time all_reduce of float32 tensors on every rank "
-                                                 "(run under torchrun; rank 0 prints JSON).")
+                                                 "(run under torchrun; rank 0 prints JSON lines).")
     parser.add_argument("--sizes", type=positive_sizes, required=True,
                         help="message sizes in bytes, comma-separated")
     parser.add_argument("--repeats", type=positive_int, default=5,
                         help="timed all-reduces per size (median reported), after one warm-up")
+    parser.add_argument("--rates-mbit", type=positive_sizes_or_zero, default=[0],
+                        help="link rates to measure at, Mbit/s, comma-separated (0: no limit); "
+                             "each rank limits its host's --interface with tc (root)")
+    parser.add_argument("--interface", default="eth0", help="the interface to limit (eth0)")
     args = parser.parse_args(argv)
     import torch
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
-    medians = []
-    for size in args.sizes:
-        tensor = torch.ones(size // 4)
-        dist.all_reduce(tensor)  # warm-up: connections, buffers
-        times = []
-        for _ in range(args.repeats):
-            dist.barrier()
-            start = time.perf_counter()
-            dist.all_reduce(tensor)
-            times.append(time.perf_counter() - start)
-        medians.append(statistics.median(times))
-    if dist.get_rank() == 0:
-        print(json.dumps({"hosts": dist.get_world_size(), "sizes": args.sizes,
-                          "seconds": medians}), flush=True)
+    for mbit in args.rates_mbit:
+        if args.rates_mbit != [0]:
+            shape(args.interface, mbit)
+        dist.barrier()
+        medians = []
+        for size in args.sizes:
+            tensor = torch.ones(size // 4)
+            dist.all_reduce(tensor)  # warm-up: connections, buffers
+            times = []
+            for _ in range(args.repeats):
+                dist.barrier()
+                start = time.perf_counter()
+                dist.all_reduce(tensor)
+                times.append(time.perf_counter() - start)
+            medians.append(statistics.median(times))
+        if dist.get_rank() == 0:
+            print(json.dumps({"hosts": dist.get_world_size(), "mbit": mbit, "sizes": args.sizes,
+                              "seconds": medians}), flush=True)
+    if args.rates_mbit != [0]:
+        shape(args.interface, 0)
     dist.destroy_process_group()
     return 0
 
 
-def measure(cluster, hosts: int, sizes: Sequence[int], *, mbit: float | None, repeats: int = 3,
-            port: int = 29600, timeout: float = 300, env: dict[str, str] | None = None) -> dict:
-    """Run the worker on the first ``hosts`` hosts of ``cluster`` (one rank each) with every link
-    limited to ``mbit`` Mbit/s (None: no limit); rank 0's record plus ``mbit``."""
-    cluster.set_rate(mbit)
+def positive_sizes_or_zero(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of whole numbers") from None
+    if not values or any(value < 0 for value in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: rates are >= 0 (0: no limit)")
+    return values
+
+
+def measure(cluster, hosts: int, sizes: Sequence[int], rates_mbit: Sequence[int], *,
+            repeats: int = 3, port: int = 29600, timeout: float = 600,
+            env: dict[str, str] | None = None) -> list[dict]:
+    """Run the worker on the first ``hosts`` hosts of ``cluster`` (one rank each), once per rate
+    in ``rates_mbit`` (Mbit/s; 0: no limit); rank 0's records, one per rate."""
     command = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={hosts}",
                "--nproc-per-node=1", "--rdzv-backend=c10d",
                f"--rdzv-endpoint={cluster.hosts[0].name}:{port}", f"--rdzv-id=bw{hosts}",
                "-m", "common.ddp.bandwidth", "--sizes", ",".join(map(str, sizes)),
-               "--repeats", str(repeats)]
+               "--repeats", str(repeats), "--rates-mbit", ",".join(map(str, rates_mbit))]
     agents = [cluster.popen(i, command, env={"OMP_NUM_THREADS": "1", **(env or {})})
               for i in range(hosts)]
     outputs = []
@@ -175,8 +209,7 @@ def measure(cluster, hosts: int, sizes: Sequence[int], *, mbit: float | None, re
     for agent, (_out, err) in zip(agents, outputs, strict=True):
         if agent.returncode != 0:
             raise RuntimeError(f"the all-reduce benchmark failed ({agent.returncode}):\n{err[-2000:]}")
-    record = json.loads(next(line for line in outputs[0][0].splitlines() if line.startswith("{")))
-    return {**record, "mbit": mbit}
+    return [json.loads(line) for line in outputs[0][0].splitlines() if line.startswith("{")]
 
 
 if __name__ == "__main__":

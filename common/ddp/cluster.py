@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -288,3 +289,62 @@ def _kill_namespace(namespace: str) -> list[int]:
     while pids and time.monotonic() < deadline and _namespace_pids(namespace):
         time.sleep(0.05)
     return pids
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one host's command ended: its exit status (None: still running at the deadline, then
+    killed), its output (stdout and stderr together) and the seconds it ran."""
+
+    host: str
+    returncode: int | None
+    output: str
+    seconds: float
+
+
+def run_together(cluster: Cluster, commands: Mapping[int, Sequence[str]], *, timeout: float,
+                 cwd: str | Path | None = None, env: Mapping[str, str] | None = None,
+                 ) -> list[Outcome]:
+    """Start ``commands[i]`` on host ``i`` for each i at once; wait at most ``timeout`` seconds in
+    all; kill whatever still runs then (what a learner does with Ctrl-C after waiting).
+
+    Introduced in chapters/04_3_several_machines.ipynb.
+    """
+    started = time.monotonic()
+    processes = {index: cluster.popen(index, argv, cwd=cwd, env=env, stderr=subprocess.STDOUT)
+                 for index, argv in commands.items()}
+    outcomes = []
+    for index, process in processes.items():
+        left = max(0.1, timeout - (time.monotonic() - started))
+        try:
+            output = process.communicate(timeout=left)[0]
+            code = process.returncode
+        except subprocess.TimeoutExpired:
+            _kill_namespace(cluster.host(index).namespace)
+            process.kill()
+            output, code = process.communicate()[0], None
+        outcomes.append(Outcome(cluster.host(index).name, code, output,
+                                round(time.monotonic() - started, 1)))
+    return outcomes
+
+
+_SIGNS = re.compile(r"Error|error:|refused|unreachable|timed out|Timeout")
+
+
+def symptom(outcome: Outcome, width: int = 150) -> str:
+    """One line for what a learner sees on that host: the last error line of its output (not a
+    traceback's code lines), or that it printed nothing and never exited.
+
+    Introduced in chapters/04_3_several_machines.ipynb.
+    """
+    if outcome.returncode is None:
+        lines = [line.strip() for line in outcome.output.splitlines() if line.strip()]
+        last = f"; its last line: {lines[-1][:width]}" if lines else ", and printed nothing"
+        return f"{outcome.host}: still running after {outcome.seconds:g} s (then killed){last}"
+    found = [line.strip() for line in outcome.output.splitlines() if _SIGNS.search(line)
+             and not line.strip().startswith(("File ", "raise ", "^", "frame #"))]
+    found = [re.sub(r"^\[?[EW]\d{4} [\d:.]+ \d+ [\w./]+:\d+\] ", "", line) for line in found]
+    text = found[-1] if found else "(no error line)"
+    if len(text) > width:
+        text = text[:width - 1] + "…"
+    return f"{outcome.host}: exit {outcome.returncode} after {outcome.seconds:g} s: {text}"

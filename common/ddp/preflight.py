@@ -249,6 +249,7 @@ def listener_pid(port: int) -> str:
 def check_port_here(port: int, timeout: float) -> Check:
     """On the node that serves the endpoint: the port must be free for the store."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TCPStore binds
         try:
             sock.bind(("", port))
             return Check("port", OK, f"{port} is free on this host (the store will listen here)")

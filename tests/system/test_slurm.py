@@ -1,10 +1,14 @@
-"""chapters/04_slurm_ddp_train.sbatch under a real Slurm: a one-host cluster of the test's own.
+"""chapters/04_slurm_ddp_train.sbatch under a real Slurm on two hosts of the test's own.
 
-The fixture starts munged, slurmctld and one slurmd (Debian's ``slurm-wlm``, ``make system-deps``)
-with a slurm.conf, a munge key and state/spool/log folders in a temporary folder, on free ports,
-without cgroups; it stops them, and anything their jobs left, even when the test fails. The test
-submits the script on CPUs (one node, 2 ranks, gloo, a tiny dataset), requeues the job after its
-first snapshot as a preemption would, and checks that the second run resumed from that snapshot.
+The hosts are network namespaces (tests/system/cluster.py: ``node0`` and ``node1``, each with its
+own address, hostname and /etc/hosts). The fixture starts munged (its socket a file both hosts
+see), slurmctld on ``node0`` and one slurmd per host (``NodeAddr`` its address), with a
+slurm.conf, a munge key and state/spool/log folders in a temporary folder, without cgroups
+(Debian's ``slurm-wlm``, ``make system-deps``); it stops them, and anything their jobs left, even
+when the test fails. The test submits the script with ``--nodes=2`` on CPUs (one rank per node,
+gloo, a tiny dataset): srun starts torchrun on both hosts, which meet at ``node0``'s rendezvous;
+it requeues the job after its first snapshot as a preemption would, and checks that the second
+run resumed from that snapshot on both nodes again.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,11 +24,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from common.ddp.launch import free_port
+from common.ddp.cluster import Cluster as Hosts
+from common.ddp.cluster import unavailable
+from tests.system.cluster import builder
+from tests.system_parts import require
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "chapters" / "04_slurm_ddp_train.sbatch"
-TOOLS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "scancel")
+TOOLS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "scancel",
+         "nsenter")
 SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 STEPS_PER_EPOCH, EPOCHS = 3, 2  # the tiny data: 24 training images, global batch 8
 TRAIN_ARGS = ["--num-epochs", str(EPOCHS), "--batch-size", "8", "--lr", "0.05", "--image-size", "32",
@@ -34,59 +41,80 @@ TRAIN_ARGS = ["--num-epochs", str(EPOCHS), "--batch-size", "8", "--lr", "0.05", 
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")
 
 
-def slurm_conf(root: Path, ports: tuple[int, int]) -> str:
-    """A one-host cluster: this machine is controller and node, no cgroups, no accounting."""
-    host = socket.gethostname().split(".")[0]
+def slurm_conf(root: Path, hosts: Hosts) -> str:
+    """Two hosts: node0 is controller and node, node1 a node; no cgroups, no accounting."""
+    nodes = ",".join(host.name for host in hosts.hosts)
     return "\n".join([
-        "ClusterName=companion-test", f"SlurmctldHost={host}(127.0.0.1)",
-        f"SlurmctldPort={ports[0]}", f"SlurmdPort={ports[1]}",
+        "ClusterName=companion-test", f"SlurmctldHost=node0({hosts.hosts[0].address})",
+        "SlurmctldPort=6817", "SlurmdPort=6818",
         f"SlurmUser={psutil.Process().username()}", "AuthType=auth/munge", "CredType=cred/munge",
         # cred_expire also delays a requeued job's restart (default 120 s)
         f"AuthInfo=socket={root / 'munge.socket'},cred_expire=5",
         "SchedulerParameters=sched_interval=1",
-        f"StateSaveLocation={root / 'state'}", f"SlurmdSpoolDir={root / 'spool'}",
-        f"SlurmctldPidFile={root / 'slurmctld.pid'}", f"SlurmdPidFile={root / 'slurmd.pid'}",
+        f"StateSaveLocation={root / 'state'}", f"SlurmdSpoolDir={root / 'spool' / '%n'}",
+        f"SlurmctldPidFile={root / 'slurmctld.pid'}", f"SlurmdPidFile={root / 'slurmd-%n.pid'}",
         f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
-        f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
+        f"SlurmdLogFile={root / 'log' / 'slurmd-%n.log'}",
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "MpiDefault=none",
         "SlurmdParameters=config_overrides", "ReturnToService=2", "KillWait=2",
         "MailProg=/bin/true",
-        f"NodeName={host} NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN",
-        f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP", ""])
+        *(f"NodeName={host.name} NodeAddr={host.address} CPUs=2 State=UNKNOWN"
+          for host in hosts.hosts),
+        f"PartitionName=debug Nodes={nodes} Default=YES MaxTime=INFINITE State=UP", ""])
 
 
 class Cluster:
     """munged, slurmctld and slurmd started in ``root``; ``stop`` ends them and their jobs."""
 
-    def __init__(self, root: Path) -> None:
-        self.root, self.daemons = root, {}
-        for folder in ("state", "spool", "log"):
+    def __init__(self, root: Path, hosts: Hosts) -> None:
+        self.root, self.hosts, self.daemons = root, hosts, {}
+        for folder in ("state", "log", *(f"spool/{host.name}" for host in hosts.hosts)):
             (root / folder).mkdir(parents=True)
-        (root / "slurm.conf").write_text(slurm_conf(root, distinct_free_ports(2)))
-        self.env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf"), "PATH": SEARCH_PATH}
+        (root / "slurm.conf").write_text(slurm_conf(root, hosts))
+        self.env = {"SLURM_CONF": str(root / "slurm.conf"), "PATH": SEARCH_PATH}
 
     def start(self) -> None:
         self.command("mungekey", "--create", f"--keyfile={self.root / 'munge.key'}")
-        self.spawn("munged", "--foreground", "--force", f"--socket={self.root / 'munge.socket'}",
+        self.spawn("munged", None, "--foreground", "--force", f"--socket={self.root / 'munge.socket'}",
                    f"--key-file={self.root / 'munge.key'}", f"--pid-file={self.root / 'munged.pid'}",
                    f"--log-file={self.root / 'log' / 'munged.log'}",
                    f"--seed-file={self.root / 'munged.seed'}")
         self.wait_for(lambda: (self.root / "munge.socket").exists(), "munged's socket", 15)
-        self.spawn("slurmctld", "-D", "-i")
-        self.spawn("slurmd", "-D")
-        self.wait_for(lambda: self.command("sinfo", "-h", "-o", "%T", check=False) == "idle",
-                      "the node to be idle", 30)
+        self.spawn("slurmctld", 0, "-D", "-i")
+        for index, host in enumerate(self.hosts.hosts):
+            self.spawn("slurmd", index, "-D", "-N", host.name)
+        self.wait_for(lambda: self.command("sinfo", "-h", "-o", "%T", check=False).split()
+                      == ["idle"], "both nodes to be idle", 60)
 
-    def spawn(self, name: str, *args: str) -> None:
-        log = (self.root / "log" / f"{name}.out").open("w")
-        self.daemons[name] = subprocess.Popen([shutil.which(name, path=SEARCH_PATH), *args],
-                                              env=self.env, stdout=log, stderr=subprocess.STDOUT)
+    def spawn(self, name: str, host: int | None, *args: str) -> None:
+        """A daemon on this machine (``host`` None: munged) or on one of the hosts."""
+        key = name if host is None else f"{name}-{host}"
+        log = (self.root / "log" / f"{key}.out").open("w")
+        argv = [shutil.which(name, path=SEARCH_PATH), *args]
+        if host is None:
+            self.daemons[key] = subprocess.Popen(argv, env={**os.environ, **self.env},
+                                                 stdout=log, stderr=subprocess.STDOUT)
+        else:
+            # Not ip netns exec, which mounts a sysfs of the namespace's own, without the cgroup
+            # file systems slurmd needs: enter only the host's network namespace, then in a mount
+            # namespace of the daemon's own show the host's /etc/hosts and nsswitch.conf, as ip
+            # netns exec does; the jobs slurmd starts inherit all of it.
+            host_ = self.hosts.hosts[host]
+            etc = f"/etc/netns/{host_.namespace}"
+            script = (f'hostname {host_.name} && mount --bind {etc}/hosts /etc/hosts && '
+                      f'mount --bind {etc}/nsswitch.conf /etc/nsswitch.conf && exec "$@"')
+            wrapped = [shutil.which("nsenter", path=SEARCH_PATH),
+                       f"--net=/var/run/netns/{host_.namespace}", "unshare", "--uts", "--mount",
+                       "sh", "-c", script, name, *argv]
+            self.daemons[key] = subprocess.Popen(wrapped, env=self.hosts.environment(self.env),
+                                                 stdout=log, stderr=subprocess.STDOUT)
 
     def command(self, name: str, *args: str, check: bool = True) -> str:
-        done = subprocess.run([shutil.which(name, path=SEARCH_PATH), *args], env=self.env,
-                              capture_output=True, text=True, timeout=30)
+        """A Slurm client command, run on node0 (where slurmctld listens)."""
+        done = self.hosts.run(0, [shutil.which(name, path=SEARCH_PATH), *args], env=self.env,
+                              timeout=30)
         if check and done.returncode != 0:
             pytest.fail(f"{name} {' '.join(args)} exited {done.returncode}: {done.stderr}"
                         f"{self.logs()}")
@@ -111,7 +139,7 @@ class Cluster:
         return "".join(tails)
 
     def stop(self) -> None:
-        if "slurmctld" in self.daemons:
+        if "slurmctld-0" in self.daemons:
             self.command("scancel", "--full", f"--user={psutil.Process().username()}", check=False)
         for process in reversed(self.daemons.values()):
             process.terminate()
@@ -129,30 +157,26 @@ class Cluster:
         for process in psutil.process_iter():
             try:
                 if process.pid != os.getpid() and \
-                        process.environ().get("SLURM_CONF") == self.env["SLURM_CONF"]:
+                        process.environ().get("SLURM_CONF") == self.env["SLURM_CONF"] and \
+                        process.pid not in [daemon.pid for daemon in self.daemons.values()]:
                     found.append(process)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
         return found
 
 
-def distinct_free_ports(count: int) -> tuple[int, ...]:
-    ports: set[int] = set()
-    while len(ports) < count:
-        ports.add(free_port())
-    return tuple(sorted(ports))
+@pytest.fixture
+def make_cluster():
+    yield from builder()
 
 
 @pytest.fixture
-def slurm(tmp_path):
+def slurm(tmp_path, make_cluster):
     missing = [tool for tool in TOOLS if shutil.which(tool, path=SEARCH_PATH) is None]
-    if missing:
-        pytest.skip(f"Slurm not found (no {', '.join(missing)}): this test starts a one-host Slurm "
-                    "cluster. Install it with `make system-deps` (Debian/Ubuntu: sudo apt-get "
-                    "install -y slurm-wlm munge)")
-    if os.geteuid() != 0:
-        pytest.skip("slurmd must run as root to start jobs: run this test as root (a container)")
-    cluster = Cluster(tmp_path / "slurm")
+    require("Slurm (slurm-wlm, munge)", f"no {', '.join(missing)}: make system-deps (Debian/Ubuntu: "
+            "apt-get install -y slurm-wlm munge)" if missing else None)
+    require("root for network namespaces", unavailable())  # slurmd too must run as root
+    cluster = Cluster(tmp_path / "slurm", make_cluster(2))
     try:
         cluster.start()
         yield cluster
@@ -171,13 +195,13 @@ def text(path: Path) -> str:
 
 
 def submit(slurm: Cluster, data_root: Path, run_dir: Path) -> str:
-    """The script on CPUs: one node, no GPU, 2 ranks (gloo), the rendezvous on a free port."""
-    settings = {"NPROC_PER_NODE": "2", "COMPANION_DEVICE": "cpu", "COMPANION_DATA": str(data_root),
-                "RUN_DIR": str(run_dir), "RDZV_PORT": str(free_port()), "PYTHON": sys.executable,
+    """The script on CPUs: two nodes, no GPU, 1 rank each (gloo), the rendezvous on node0."""
+    settings = {"NPROC_PER_NODE": "1", "COMPANION_DEVICE": "cpu", "COMPANION_DATA": str(data_root),
+                "RUN_DIR": str(run_dir), "RDZV_PORT": "29500", "PYTHON": sys.executable,
                 "OMP_NUM_THREADS": "1"}
     run_dir.mkdir()  # Slurm writes --output only into a folder that exists
     export = ",".join(["ALL", *(f"{name}={value}" for name, value in settings.items())])
-    return slurm.command("sbatch", "--parsable", "--nodes=1", "--gpus-per-node=0",
+    return slurm.command("sbatch", "--parsable", "--nodes=2", "--gpus-per-node=0",
                          "--cpus-per-task=2", "--time=00:05:00", f"--chdir={REPO}",
                          f"--output={run_dir / 'slurm.out'}", f"--export={export}",
                          str(SCRIPT), *TRAIN_ARGS)
@@ -206,7 +230,8 @@ def test_sbatch_script_trains_snapshots_and_resumes_after_requeue(slurm, tiny_da
                    and slurm.job(job_id)["Restarts"] == "1", "the requeued job to finish", 120)
     output = text(out) + slurm.logs()
     assert slurm.job(job_id)["JobState"] == "COMPLETED", output
-    assert f"job {job_id} attempt 0:" in output and f"job {job_id} attempt 1:" in output
+    assert f"job {job_id} attempt 0: 2 node(s) x 1 rank(s), rendezvous node0:29500" in output
+    assert f"job {job_id} attempt 1: 2 node(s)" in output
     starts, resumes = records(log, "start"), records(log, "resume")
     assert [(r["world_size"], r["backend"]) for r in starts] == [(2, "gloo")] * 2, output
     assert len(resumes) == 1 and 1 <= resumes[0]["step"] < total, resumes
