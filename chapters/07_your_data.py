@@ -469,9 +469,15 @@ def shown(command: list[str]) -> str:
     return "torchrun " + " ".join(command[3:]).replace(str(RUNS), "RUNS")
 
 
+def batch_for(wanted: int) -> int:
+    """The global batch: ``wanted``, or less on a small folder (2 steps an epoch, even for 2 ranks)."""
+    used = min(SUBSET, len(data.dataset("train"))) if SUBSET else len(data.dataset("train"))
+    return min(wanted, max(2, used // 4 * 2))
+
+
 DDP = RUNS / "ddp"
 command = torchrun_command("common.ddp.train", training_args(DDP, "--num-epochs", str(DDP_EPOCHS),
-                                                             "--batch-size", "64"))
+                                                             "--batch-size", str(batch_for(64))))
 print(shown(command))
 started = time.perf_counter()
 run_command(command, timeout=1200)
@@ -501,9 +507,13 @@ print(f"DDP, 2 processes: validation accuracy {ddp_acc:.3f} on {records(DDP, 'ep
 
 # %%
 FSDP = RUNS / "fsdp"
-kill_at = KILL_AT
+fsdp_batch = batch_for(32)
+total_steps = FSDP_EPOCHS * ((min(SUBSET, len(data.dataset("train"))) if SUBSET else len(data.dataset("train")))
+                             // fsdp_batch)
+kill_at = min(KILL_AT, total_steps - 1)  # a small folder: killed before its last step all the same
+every = min(CHECKPOINT_EVERY, max(1, kill_at // 2))  # and a checkpoint before the kill
 fsdp_args = training_args(FSDP, "--num-epochs", str(FSDP_EPOCHS), "--checkpoint-every",
-                          str(CHECKPOINT_EVERY), "--batch-size", "32", "--schedule", "onecycle",
+                          str(every), "--batch-size", str(fsdp_batch), "--schedule", "onecycle",
                           "--checkpoint", str(FSDP / "ckpt"))
 command = torchrun_command("common.fsdp.train", [*fsdp_args, "--simulate-kill-at-step", str(kill_at)])
 print(shown(command))
@@ -622,7 +632,7 @@ TUNED = RUNS / "finetune"
 TUNED.mkdir()
 with redirect_stdout(io.StringIO()) as said:
     assert ddp_main(["--data", str(ROOT), "--model", "resnet18", "--weights", str(weights),
-                     "--image-size", "32", "--batch-size", "16", "--max-steps", "2", "--subset", "64",
+                     "--image-size", "32", "--batch-size", str(batch_for(16)), "--max-steps", "2", "--subset", "64",
                      "--no-augment", "--log-file", str(TUNED / "log.jsonl")]) == 0
 print(next(line for line in said.getvalue().splitlines() if "fine-tuning" in line))
 tuned = records(TUNED, "start")[0]["normalization"]
