@@ -80,16 +80,16 @@ EDITIONS = {
     "zh": Edition("zh", "zh_CN", "chapters/zh", "zh", ("GLOSSARY.md",),
                   ("TROUBLESHOOTING.zh-CN.md", "TROUBLESHOOTING.md"), {
         "language": "中文", "site_title": "PyTorch 数据管道与分布式训练",
-        "heading": "PyTorch 数据管道与分布式训练 — 配套 notebook",
-        "intro": ("《PyTorch大规模深度学习搭建：数据管道与分布式训练指南》配套 notebook 的中文版，"
-                  "含已执行的输出。用 `make lab` 亲自运行；每页都可下载对应的 notebook 及其 `.py` 版本。"),
-        "map": "章节地图", "reverse": "指南章节 → notebook", "exercises": "练习",
-        "exercises_note": ("在这些 notebook 里做练习：在标有 `# YOUR CODE HERE` 的单元格中写答案，再运行下方的检查"
+        "heading": "PyTorch 数据管道与分布式训练 —— 配套笔记本",
+        "intro": ("《PyTorch大规模深度学习搭建：数据管道与分布式训练指南》配套笔记本的中文版，"
+                  "含已执行的输出。用 `make lab` 亲自运行；每页都可下载对应的笔记本及其 `.py` 版本。"),
+        "map": "章节对照", "reverse": "指南章节 → 笔记本", "exercises": "练习",
+        "exercises_note": ("在这些笔记本里做练习：在标有 `# YOUR CODE HERE` 的单元格中写答案，再运行下方的检查"
                            "单元格；`make grade SUBMISSIONS=<你的文件夹>` 还会运行隐藏的检查。"),
         "solutions_apart": "参考答案不在本网站上，而在仓库的 `chapters/zh/exercises/solutions/` 中。",
         "solutions": "参考答案",
-        "solutions_note": "练习 notebook 的教师版：参考答案和隐藏的检查。请先自己做练习。",
-        "reference": "参考", "notebook": "notebook", "title": "标题", "sections": "对应指南章节",
+        "solutions_note": "练习笔记本的教师版：参考答案和隐藏的检查。请先自己做练习。",
+        "reference": "参考", "notebook": "笔记本", "title": "标题", "sections": "对应指南章节",
         "download": "下载", "chapters": "章节", "colon": "：",
         "GLOSSARY.md": "术语表 / Glossary", "TROUBLESHOOTING.md": "故障排查",
         "running.md": "在各种环境中运行：只有 CPU、GPU、Mac、Colab、conda", "scripts.md": "各章的命令行工具（英文）",

@@ -2,8 +2,9 @@
 
 Every Chinese text the project ships is read here: the ``msgstr`` of ``chapters/zh/po/*.po`` (markdown cells,
 code comments, docstrings), README.zh-CN.md, TROUBLESHOOTING.zh-CN.md, ``docs/*.zh-CN.md``, GLOSSARY.md's
-Chinese, ``course/messages_zh.json`` and the comments of ``chapters/zh/scripts/``. Code (fenced blocks,
-inline code, link targets, tags) is left out: the rules are about the prose.
+Chinese, ``course/messages_zh.json``, the comments of ``chapters/zh/scripts/`` and the Chinese site's labels
+(``course/site_pages.py``). Code (fenced blocks, inline code, link targets, tags) is left out: the rules are
+about the prose.
 
 The rules are tables, so that a new chapter written on another machine, or a new translator, cannot bring
 the drift back, and so that each forbidden variant has a failing example below:
@@ -31,6 +32,7 @@ import polib
 import pytest
 
 from course import code_comments, translate_comments
+from course.site_pages import EDITIONS
 
 REPO = Path(__file__).resolve().parents[2]
 PO_DIR = REPO / "chapters" / "zh" / "po"
@@ -219,10 +221,17 @@ def script_texts() -> list[Text]:
     return found
 
 
+def site_texts() -> list[Text]:
+    """The Chinese site's own words (headings, notes, page titles): ``course.site_pages``' zh labels."""
+    labels = EDITIONS["zh"].labels
+    return [Text("course/site_pages.py", f"zh label {key}", prose(text), False) for key, text in labels.items()
+            if CJK.search(text)]
+
+
 def all_texts() -> list[Text]:
     texts = [t for path in sorted(PO_DIR.glob("*.po")) for t in po_texts(path)]
     texts += [t for doc in ZH_DOCS for t in doc_texts(doc)]
-    return texts + glossary_texts() + message_texts() + script_texts()
+    return texts + glossary_texts() + message_texts() + script_texts() + site_texts()
 
 
 # --- The checks: each returns findings as "file: where: what" lines. ---
@@ -351,7 +360,8 @@ def test_a_hard_line_break_inside_a_sentence_fails():
 
 def test_every_shipped_chinese_text_is_read(texts):
     files = {t.file for t in texts}
-    assert {"README.zh-CN.md", "TROUBLESHOOTING.zh-CN.md", "GLOSSARY.md", "course/messages_zh.json"} <= files
+    assert {"README.zh-CN.md", "TROUBLESHOOTING.zh-CN.md", "GLOSSARY.md", "course/messages_zh.json",
+            "course/site_pages.py"} <= files
     assert len([f for f in files if f.endswith(".po")]) >= 20
     assert [f for f in files if f.startswith("chapters/zh/scripts/")]
 
