@@ -132,6 +132,19 @@ def unwrap(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, DistributedDataParallel) else model
 
 
+#: What a collective raises on the ranks still running when a peer has exited (gloo, NCCL).
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+              "NCCL communicator was aborted", "remote process exited")
+
+
+def peer_failed(error: BaseException) -> bool:
+    """Whether ``error`` says a collective lost a peer process (it exited or was killed).
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    return any(text in str(error) for text in _PEER_GONE)
+
+
 def run_in_process_group(train: Callable[[Any, DistInfo], Any], config: Any, *,
                          errors: tuple[type[Exception], ...]) -> int:
     """Join the process group, ``train(config, info)``, always leave it; the exit code of a ``main``.
@@ -155,6 +168,14 @@ def run_in_process_group(train: Callable[[Any, DistInfo], Any], config: Any, *,
         train(config, info)
     except errors as error:
         print(f"rank {info.rank}: error: {one_line(str(error))}", file=sys.stderr, flush=True)
+        return 2
+    except RuntimeError as error:  # dist.DistBackendError is one
+        if info.world_size < 2 or not peer_failed(error):
+            raise
+        # Another rank stopped first (its own line says why, e.g. the file it could not read):
+        # one line here too, not the collective's traceback.
+        print(f"rank {info.rank}: stopped: another rank of the job failed first (its error "
+              "says why)", file=sys.stderr, flush=True)
         return 2
     finally:
         cleanup_distributed()

@@ -254,3 +254,11 @@ def test_torchvision_imagenet_weights_fine_tune_with_a_new_head(tmp_path, capsys
     torch.save(create_model("resnet18", 10).state_dict(), tmp_path / "ten.pt")
     with pytest.raises(ValueError, match=r"fc.weight is \(10, 512\) in the file"):
         load_weights(create_model("resnet18", 3), tmp_path / "ten.pt")  # not ImageNet's: refused
+
+
+def test_a_collective_that_lost_its_peer_is_told_apart():
+    from common.ddp.process_group import peer_failed
+
+    lost = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error "
+                        "[127.0.0.1]:42: Connection closed by peer")
+    assert peer_failed(lost) and not peer_failed(RuntimeError("CUDA out of memory"))
