@@ -115,7 +115,7 @@ BENCH_SIZE := $(if $(filter-out 0,$(SIZE)),--size $(SIZE) --max-images 640)
 bench: data ## Measure images/s of each pipeline, the shard reader, CPU per sample against pytorch/examples, the reader against its peers (PEERS_PYTHON=venv python; SIZE=N: an N-image dataset); writes build/bench/
 	$(BIN)/python -m common.fast.benchmark --out $(BENCH_OUT) $(BENCH_SIZE)
 	$(BIN)/python -m common.shards.bench --out build/bench/shards
-	$(BIN)/python -m common.fast.sample_costs --out build/bench/sample_costs
+	$(BIN)/python -m common.shards.sample_costs --out build/bench/sample_costs
 	$(BIN)/python -m common.shards.peers --out build/bench/peers $(if $(PEERS_PYTHON),--python $(PEERS_PYTHON))
 
 assignments: $(STAMP) ## Rebuild the student versions (chapters/exercises/, zh too) from the instructor sources in solutions/
