@@ -1,7 +1,7 @@
 """CPU seconds per training sample: each trainer's data pipeline beside pytorch/examples'.
 
-    python -m common.fast.sample_costs --out build/bench/sample_costs   # about a minute on 2 cores
-    python -m common.fast.sample_costs --out build/bench/sample_costs --quick
+    python -m common.shards.sample_costs --out build/bench/sample_costs   # about a minute on 2 cores
+    python -m common.shards.sample_costs --out build/bench/sample_costs --quick
 
 On the same image files, in one process on one thread (no DataLoader workers: the cost, not the
 parallelism), every pipeline below runs whole epochs of batches, in interleaved rounds; the table
@@ -15,6 +15,8 @@ machine) and its ratio to ``examples``:
   ``CropFlip``, the batch normalized last); ``ddp_decode_no_augment`` with ``--no-augment``;
   ``ddp_cache`` with ``--data-pipeline cache --no-augment`` (the cache built before timing).
 - ``shards``: ``common.shards.train``'s training loader on shards of the same images.
+
+It lives beside the shard reader because it times every trainer's pipeline, Chapter 5's too.
 - ``v2_*``: the cost of each transform of ``V2TrainPreset`` (Chapter 2.2's augmentation), each row
   the preset up to that transform, so that the differences between rows are the transforms' costs.
   ``seeded_cropflip`` and ``cropflip`` show what the per-sample seed costs.
@@ -83,25 +85,20 @@ def _trainer(data, config: SampleCostConfig, *flags: str):
     return train, collate
 
 
-def _shards(data, config: SampleCostConfig):
-    from common.shards import train as shard_train
+def _shards(data, config: SampleCostConfig) -> DataLoader:
+    # common.shards.train's training loader (build_loaders), built here: an entry point is not
+    # imported by a library module (ARCHITECTURE.md, "The facade rule").
+    from common.ddp.data import CropFlip, NormalizeCollate
+    from common.shards import ShardedImageDataset
     from common.shards.format import ensure_shards
 
     source = pd.read_csv(data.labels_csv("train")).head(config.num_images)
     samples = [(str(data.images_dir("train") / name), int(label))
                for name, label in zip(source.iloc[:, 0], source.iloc[:, 1], strict=True)]
-    ensure_shards(samples, config.out / "shards" / "train", shard_size=64)
-    ensure_shards(samples[:8], config.out / "shards" / "val", shard_size=64)
-    args = shard_train.parse_args(["--shards", str(config.out / "shards" / "train"), "--val-shards",
-                                   str(config.out / "shards" / "val"), "--image-size",
-                                   str(config.image_size), "--batch-size", str(config.batch_size),
-                                   "--equalize", "none"])
-    from common.ddp.process_group import DistInfo
-
-    info = DistInfo(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"),
-                    backend=None, initialized=False)
-    loader, _ = shard_train.build_loaders(args, info)
-    return loader
+    manifest = ensure_shards(samples, config.out / "shards" / "train", shard_size=64)
+    dataset = ShardedImageDataset(manifest, CropFlip(config.image_size, scale=(0.6, 1.0)),
+                                  equalize="none", batch_size=config.batch_size, seeded=True)
+    return DataLoader(dataset, batch_size=config.batch_size, collate_fn=NormalizeCollate())
 
 
 def _labels_only(samples: list) -> tuple[None, list]:
@@ -186,7 +183,7 @@ def measure(config: SampleCostConfig, loaders: dict[str, DataLoader]) -> pd.Data
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m common.fast.sample_costs``.
+    """Entry point of ``python -m common.shards.sample_costs``.
 
     Introduced in docs/scripts.md ("What each transform costs").
     """

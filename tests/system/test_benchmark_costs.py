@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from common.fast import sample_costs
-from common.shards import peers
+from common.shards import peers, sample_costs
 
 
 def test_sample_costs_has_every_trainer_beside_examples(tiny_data, tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""common.shards.peers and common.fast.sample_costs in-process: what they time is the same data.
+"""common.shards.peers and common.shards.sample_costs in-process: what they time is the same data.
 
 The whole runs (a process per reader) are in tests/system/test_benchmark_costs.py.
 """
