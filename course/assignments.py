@@ -22,7 +22,9 @@ are outside ``checks``, still fail such an exercise when it is graded.
 
 An exercise whose answer is a script or module (a *file exercise*: ex04 Exercise 2, ex06 Exercises 6, 8
 and 9) names its file in a tag of the answer cell, ``answer-file:ex04_work/fixed_ddp.py:ex04_work/broken_ddp.py``
-(paths relative to the notebook's folder; tags survive jupytext, nbgrader and the translation): the learner edits that file, the
+(paths relative to the notebook's folder; tags survive jupytext, nbgrader and the translation), and that
+cell is one of nbgrader's read-only cells (``locked``, ``grade_id`` ``<key>-answer``), so that nbgrader hands
+it out as it is (a solution cell without markers would become a stub that raises): the learner edits that file, the
 check runs it and the grader takes it from the submission's folder, beside the notebook. Its answer cell
 holds no solution (only a comment that says where the answer is); the solution is the file in the
 instructor sources' folder (``solutions/ex04_work/fixed_ddp.py``), and ``build`` hands the file out as a
@@ -186,8 +188,8 @@ def exercises_of(nb: nbformat.NotebookNode, *, name: str = "notebook") -> list[E
             continue
         grade_id = str(meta.get("grade_id", ""))
         key, _, role = grade_id.rpartition("-")
-        if meta.get("solution"):
-            files = answer_files(cell)
+        files = answer_files(cell)
+        if meta.get("solution") or (files and meta.get("locked") and not meta.get("grade")):
             if any(not _safe_relative(p) or (s and not _safe_relative(s)) for p, s in files.items()):
                 raise AssignmentFormatError(f"{where}: answer_files are paths inside the notebook's folder")
             if role != "answer" or not (has_solution or files) or cell.cell_type != "code":

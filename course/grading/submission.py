@@ -33,41 +33,12 @@ from course.grading.judges import Run
 from course.grading.text import shown
 
 
-def read_submission(path: Path, folder: Path) -> nbformat.NotebookNode:
-    """Read a submitted notebook without following links: a symbolic or hard link is refused, and
-    anything but a regular file (a FIFO named like the notebook would block ``open`` forever).
-
-    Raises:
-        ValueError: Naming the link or the kind of file.
-    """
+def _read_plain(path: Path, stop: Path, name: str, most: int, what: str) -> bytes:
+    """The bytes of ``path``, read without following links: a symbolic link anywhere below ``stop``, a
+    hard link, anything but a regular file (a FIFO would block ``open`` forever) or more than ``most``
+    bytes is refused with a ``ValueError`` naming ``name``."""
     for part in [path, *path.parents]:
-        if part == folder.parent:
-            break
-        if part.is_symlink():
-            raise ValueError(f"{part.name} is a symbolic link: hand in the file itself")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{shown(path.name)} is not a regular file: hand in the notebook itself")
-        if info.st_nlink > 1:
-            raise ValueError(f"{shown(path.name)} is a hard link: hand in a copy of the file")
-        os.set_blocking(handle.fileno(), True)
-        return nbformat.reads(handle.read(50 * 2**20).decode("utf-8"), as_version=4)
-
-
-
-def read_answer_file(folder: Path, relative: str) -> str:
-    """An answer file of a submission, ``folder/relative``, read as ``read_submission`` reads a notebook:
-    no link anywhere below ``folder``, a regular file, at most ``MAX_ANSWER_FILE`` bytes of UTF-8.
-
-    Raises:
-        FileNotFoundError: It is not there.
-        ValueError: Naming the link, the kind of file or the size.
-    """
-    path = folder / relative
-    for part in [path, *path.parents]:
-        if part == folder:
+        if part == stop:
             break
         if part.is_symlink():
             raise ValueError(f"{shown(part.name)} is a symbolic link: hand in the file itself")
@@ -75,13 +46,34 @@ def read_answer_file(folder: Path, relative: str) -> str:
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{shown(relative)} is not a regular file")
+            raise ValueError(f"{shown(name)} is not a regular file: hand in {what} itself")
         if info.st_nlink > 1:
-            raise ValueError(f"{shown(relative)} is a hard link: hand in a copy of the file")
-        if info.st_size > MAX_ANSWER_FILE:
-            raise ValueError(f"{shown(relative)} has {info.st_size:,} bytes, more than the {MAX_ANSWER_FILE:,} allowed")
+            raise ValueError(f"{shown(name)} is a hard link: hand in a copy of the file")
+        if info.st_size > most:
+            raise ValueError(f"{shown(name)} has {info.st_size:,} bytes, more than the {most:,} allowed")
         os.set_blocking(handle.fileno(), True)
-        return handle.read(MAX_ANSWER_FILE + 1).decode("utf-8")
+        return handle.read(most + 1)
+
+
+def read_submission(path: Path, folder: Path) -> nbformat.NotebookNode:
+    """Read a submitted notebook without following links (``_read_plain``), at most 50 MiB.
+
+    Raises:
+        ValueError: Naming the link, the kind of file or the size.
+    """
+    return nbformat.reads(_read_plain(path, folder.parent, path.name, 50 * 2**20, "the notebook").decode("utf-8"),
+                          as_version=4)
+
+
+def read_answer_file(folder: Path, relative: str) -> str:
+    """An answer file of a submission, ``folder/relative``, read as a notebook is (``_read_plain``): no
+    link anywhere below ``folder``, a regular file, at most ``MAX_ANSWER_FILE`` bytes of UTF-8.
+
+    Raises:
+        FileNotFoundError: It is not there.
+        ValueError: Naming the link, the kind of file or the size.
+    """
+    return _read_plain(folder / relative, folder, relative, MAX_ANSWER_FILE, "the file").decode("utf-8")
 
 
 def submitted_files(source_path: Path, source: nbformat.NotebookNode, exercises: list[Exercise],

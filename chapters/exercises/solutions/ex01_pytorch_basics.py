@@ -239,9 +239,9 @@ with checks("Exercise 4"):
     assert all(type(loss) is float for loss in losses), \
         "return Python floats (loss.item()); keeping tensors keeps every step's graph alive"
     assert losses[-1] < 0.5 * losses[0], f"the loss should fall: {losses[0]:.3f} -> {losses[-1]:.3f}"
-    assert model.training, "put the model in training mode"
     assert np.allclose(losses, _reference(reference, images, labels, 0.5, 20), atol=1e-6), \
         "losses differ from a correct loop: are gradients zeroed?"
+    assert model.training, "put the model in training mode"
 ### BEGIN HIDDEN TESTS
 torch.manual_seed(2)
 images, labels = torch.randn(16, 4), torch.randint(0, 3, (16,))

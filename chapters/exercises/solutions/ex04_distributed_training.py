@@ -146,7 +146,7 @@ print(run_ddp(WORK / "broken_ddp.py", WORK / "broken"))
 # saved weights with those of a correct run. Stuck? `hint("ex2", 1)` in a cell of your own gives a nudge,
 # `hint("ex2", 2)` and `hint("ex2", 3)` come closer to the answer.
 
-# %% nbgrader={"grade": false, "grade_id": "ex2-answer", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["answer-file:ex04_work/fixed_ddp.py:ex04_work/broken_ddp.py"]
+# %% nbgrader={"grade": false, "grade_id": "ex2-answer", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["answer-file:ex04_work/fixed_ddp.py:ex04_work/broken_ddp.py"]
 # Exercise 2's answer is the file ex04_work/fixed_ddp.py, not this cell: fix the script there and save it.
 # (Grading takes that file from beside your notebook.)
 

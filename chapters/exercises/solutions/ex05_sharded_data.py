@@ -516,7 +516,7 @@ print(run_reader(WORK / "shard_reader.py", ranks=2, workers=2))
 # it takes; the hidden checks run it on other numbers of ranks and workers. Stuck? `hint("ex7", 1)` in a cell
 # of your own, then `hint("ex7", 2)` and `hint("ex7", 3)`.
 
-# %% nbgrader={"grade": false, "grade_id": "ex7-answer", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["answer-file:ex05_work/fixed_reader.py:ex05_work/shard_reader.py"]
+# %% nbgrader={"grade": false, "grade_id": "ex7-answer", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["answer-file:ex05_work/fixed_reader.py:ex05_work/shard_reader.py"]
 # Exercise 7's answer is the file ex05_work/fixed_reader.py, not this cell: fix the script there and save it.
 # (Grading takes that file from beside your notebook.)
 

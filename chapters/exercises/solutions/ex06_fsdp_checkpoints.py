@@ -336,7 +336,7 @@ assert first.returncode == 0 and again.returncode != 0 and errors
 # checks look at what the checkpoints hold (one distributed checkpoint per step, written by all the ranks).
 # Stuck? `hint("ex6", 1)` in a cell of your own, then `hint("ex6", 2)` and `hint("ex6", 3)`.
 
-# %% nbgrader={"grade": false, "grade_id": "ex6-answer", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["answer-file:ex06_work/fixed_fsdp.py:ex06_work/resume_fsdp.py"]
+# %% nbgrader={"grade": false, "grade_id": "ex6-answer", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["answer-file:ex06_work/fixed_fsdp.py:ex06_work/resume_fsdp.py"]
 # Exercise 6's answer is the file ex06_work/fixed_fsdp.py, not this cell: fix the script there and save it.
 # (Grading takes that file from beside your notebook.)
 
@@ -583,7 +583,7 @@ def trained_alone(kind: str) -> dict[str, torch.Tensor]:
 # %% [markdown]
 # Stuck? `hint("ex8", 1)` in a cell of your own, then `hint("ex8", 2)` and `hint("ex8", 3)`.
 
-# %% nbgrader={"grade": false, "grade_id": "ex8-answer", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["answer-file:ex06_work/wrapping.py"]
+# %% nbgrader={"grade": false, "grade_id": "ex8-answer", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["answer-file:ex06_work/wrapping.py"]
 # Exercise 8's answer is the file ex06_work/wrapping.py, not this cell: write `shard` there and save it.
 # (Grading takes that file from beside your notebook.)
 
@@ -723,7 +723,7 @@ assert [(g["attempt"], g["world_size"], g["step"]) for g in as_written][-1] == (
 # newest complete step", "same global batch", "goes on exactly"). Exercises 4 and 5 and chapters 6.2 and 6.4
 # show every tool it takes. Stuck? `hint("ex9", 1)`, then `hint("ex9", 2)` and `hint("ex9", 3)`.
 
-# %% nbgrader={"grade": false, "grade_id": "ex9-answer", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["answer-file:ex06_work/fixed_elastic.py:ex06_work/elastic_train.py"]
+# %% nbgrader={"grade": false, "grade_id": "ex9-answer", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["answer-file:ex06_work/fixed_elastic.py:ex06_work/elastic_train.py"]
 # Exercise 9's answer is the file ex06_work/fixed_elastic.py, not this cell: fix the script there and save it.
 # (Grading takes that file from beside your notebook.)
 

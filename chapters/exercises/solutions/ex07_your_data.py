@@ -577,7 +577,7 @@ print(run_evaluation(WORK / "evaluate.py", PLANT, MODEL))
 # accuracy with the model's own, image by image. Stuck? `hint("ex5", 1)` in a cell of your own, then
 # `hint("ex5", 2)` and `hint("ex5", 3)`.
 
-# %% nbgrader={"grade": false, "grade_id": "ex5-answer", "locked": false, "schema_version": 3, "solution": true, "task": false} tags=["answer-file:ex07_work/fixed_evaluate.py:ex07_work/evaluate.py"]
+# %% nbgrader={"grade": false, "grade_id": "ex5-answer", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["answer-file:ex07_work/fixed_evaluate.py:ex07_work/evaluate.py"]
 # Exercise 5's answer is the file ex07_work/fixed_evaluate.py, not this cell: fix the script there and save it.
 # (Grading takes that file from beside your notebook.)
 
