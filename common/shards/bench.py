@@ -7,10 +7,13 @@ In one run, on shards of the same images, round-robin, medians of repeats (``com
 as in ``common.fast.benchmark``): ``shards_pil`` is ``ShardedImageDataset`` with the guide's
 classic eval transform (PIL decode, float per sample); ``shards_uint8`` the same reader with
 ``v2.Resize`` + ``v2.CenterCrop`` on uint8 tensors (``decode_jpeg``) and the batch normalized
-last; ``webdataset`` and ``litdata`` (each only where installed) read the same JPEG bytes
-and apply the guide's transform. Every pipeline ends in the same normalized float batch.
+last; ``webdataset`` (where installed) reads the same JPEG bytes and applies the guide's
+transform. Every pipeline ends in the same normalized float batch. The readers against
+litdata and mosaicml-streaming, reader and decode apart and each in a process of its own
+(``litdata.optimize`` switches its whole process to the spawn start method, which would change
+every other pipeline's workers here), are ``common.shards.peers``.
 Writes ``shards.csv`` and ``shards.json`` to ``--out`` and prints the two ratios the
-chapter cares about: ``shards_uint8`` over ``shards_pil`` and over ``litdata`` at the most
+chapter cares about: ``shards_uint8`` over ``shards_pil`` and over ``webdataset`` at the most
 workers measured.
 """
 
@@ -63,7 +66,8 @@ class ShardBenchConfig:
     num_workers: tuple[int, ...] = option((0, 2), "DataLoader worker counts", nargs="+")
     min_seconds: float = option(0.25, "a timed repeat runs whole epochs for at least this long")
     max_images: int = option(0, "images read per timed repeat (0: whole epochs)")
-    peers: bool = option(True, "also time webdataset and litdata where installed")
+    peers: bool = option(True, "also time webdataset where installed (litdata and mosaic: "
+                         "python -m common.shards.peers)")
     threads: int = option(1, "intra-op threads of the main process")
     quick: bool = option(False, "tiny data, a few seconds (given flags still win)")
     progress: bool = option(True, "show progress bars")
@@ -94,30 +98,6 @@ def _label(data: bytes) -> int:
     return int(data)
 
 
-class _LitdataSample:
-    """litdata's item -> (guide tensor, label)."""
-
-    def __init__(self) -> None:
-        self.guide = _Guide()
-
-    def __call__(self, item: dict):
-        return self.guide(item["image"]), item["label"]
-
-
-def _litdata_item(pair: tuple[str, int]) -> dict:
-    path, label = pair
-    return {"image": Path(path).read_bytes(), "label": label}  # the JPEG bytes, not re-encoded
-
-
-def _litdata_dataset(samples: list[tuple[str, int]], out: Path):
-    import litdata  # optional peer
-
-    if not (out / "index.json").is_file():
-        litdata.optimize(fn=_litdata_item, inputs=samples, output_dir=str(out),
-                         chunk_bytes="16MB", num_workers=1)
-    return litdata.StreamingDataset(str(out), shuffle=False, transform=_LitdataSample())
-
-
 def build_pipelines(config: ShardBenchConfig, data: ShapesData) -> dict[tuple[str, int], Iterable]:
     """Every (pipeline, num_workers) to time, each yielding normalized float batches.
 
@@ -136,8 +116,6 @@ def build_pipelines(config: ShardBenchConfig, data: ShapesData) -> dict[tuple[st
     }
     if config.peers and importlib.util.find_spec("webdataset"):
         datasets["webdataset"] = _wds_pipeline(urls)
-    if config.peers and importlib.util.find_spec("litdata"):
-        datasets["litdata"] = _litdata_dataset(samples, config.out / "litdata")
     pipelines: dict[tuple[str, int], Iterable] = {}
     for name, dataset in datasets.items():
         for workers in config.num_workers:

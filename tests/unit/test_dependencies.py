@@ -87,11 +87,12 @@ def test_the_learners_package_imports_only_runtime_dependencies():
 
 
 def test_the_benchmark_peers_are_imported_only_where_they_are_optional():
-    """litdata and webdataset are what `common.shards.bench` compares against, imported inside
-    the functions that measure them (installed separately; see docs/scripts.md, Chapter 3)."""
-    text = (REPO / "common" / "shards" / "bench.py").read_text()
-    for name in PEERS:
-        assert f"\n    import {name}" in text and f"\nimport {name}" not in text
+    """litdata, webdataset and mosaic's streaming are what `common.shards.peers` compares against,
+    imported inside the functions that measure them (installed separately; docs/scripts.md)."""
+    text = (REPO / "common" / "shards" / "peers.py").read_text()
+    for name in PEERS | {"streaming"}:
+        assert re.search(rf"\n +(import {name}\b|from {name} import)", text), name
+        assert not re.search(rf"\n(import|from) {name}\b", text), name
 
 
 def test_the_course_tooling_imports_only_runtime_and_instructor_dependencies():
