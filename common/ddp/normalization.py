@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from common.ddp.config import NORMALIZE  # noqa: F401 (the choices, documented here)
+from common.fast.cache import CacheError
 from common.fast.pipeline import DraftPilDecoder
 from common.imagenet import IMAGENET_MEAN, IMAGENET_STD
 from common.layouts import ImageData, file_list
@@ -48,6 +49,10 @@ def dataset_statistics(data: ImageData, size: int, *, verbose: bool = False
     train = data.dataset("train")
     files = file_list(train)
     stored = Path(data.cache_root) / f"statistics_{size}.json"
+    if blocked := next((folder for folder in [stored.parent, *stored.parent.parents]
+                        if folder.is_file()), None):
+        raise CacheError(f"cannot store the dataset statistics at {stored}: {blocked} is a file, "
+                         "not a folder")
     if stored.is_file():
         try:
             saved = json.loads(stored.read_text())
