@@ -112,8 +112,8 @@ def test_the_entry_points_are_found():
     assert {"common.ddp.train", "common.ddp.bench", "common.fast.benchmark", "common.shards.bench",
             "common.make_data", "common.diagrams.__main__"} <= entries
     assert not {"common.ddp.trainer", "common.fast.timing", "common.models"} & entries
-    assert layout.console_scripts(REPO / "pyproject.toml") == {"common.make_data",
-                                                               "common.shards.make"}
+    assert layout.console_scripts(REPO / "pyproject.toml") == {
+        "common.make_data", "common.shards.make", "common.images.check", "common.images.split"}
 
 
 def test_an_import_of_an_entry_point_is_found_in_a_tree(tmp_path):
