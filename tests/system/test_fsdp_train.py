@@ -43,8 +43,11 @@ def data48(tmp_path_factory):
 
 
 def _args(data, out, *extra) -> list[str]:
+    # ImageNet's statistics: with the data's own (--normalize auto) the compiled and eager runs
+    # drift apart by 3e-5 in 8 steps, past the float32 tolerances these comparisons use.
     return ["--tiny", "--data", str(data.root), "--save-final", str(out / "final.pt"),
-            "--log-file", str(out / "log.jsonl"), "--checkpoint", str(out / "ckpt"), *extra]
+            "--log-file", str(out / "log.jsonl"), "--checkpoint", str(out / "ckpt"),
+            "--normalize", "imagenet", *extra]
 
 
 def _records(out, event: str) -> list[dict]:
