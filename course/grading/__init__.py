@@ -133,8 +133,9 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
   ``inside/judge.place_files``). Only the paths the instructor source's answer cell names are read,
   from the submitted notebook's own folder, as a notebook is read: no link anywhere below that folder,
   a regular file, at most ``MAX_ANSWER_FILE`` bytes of UTF-8; a file as handed out is not run. The text
-  travels in its exercise's request, and the judge writes it into the working copy after listing what
-  is there (so it is a file the exercise created, removed with the rest after it), refusing a path
+  travels in its exercise's request (with the scripts its check runs, the instructor's own), and the
+  judge writes it into the working copy after listing what is there (so it is a file the exercise
+  created, removed with the rest after it), refusing a path
   that leaves the working copy, passes a link or names a file already there. The script then runs
   where any answer runs, under the exercise's sandbox, uid and limits; no other submission or
   exercise sees it, and it never holds a check (the checker runs it as a child process, and the checker

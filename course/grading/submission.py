@@ -25,6 +25,7 @@ from course.assignments import (
     handout_text,
     is_demo,
     student_version,
+    work_files,
 )
 from course.grading.config import GradingConfig, Result
 from course.grading.inside.answer_rules import answer_problems
@@ -78,8 +79,8 @@ def read_answer_file(folder: Path, relative: str) -> str:
 
 def submitted_files(source_path: Path, source: nbformat.NotebookNode, exercises: list[Exercise],
                     folder: Path) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
-    """The answer files of the file exercises, read from ``folder`` (the submitted notebook's), by
-    exercise; and, by exercise, why one is not graded (missing, unreadable, or every file as handed out:
+    """The answer files of the file exercises, read from ``folder`` (the submitted notebook's), with the
+    scripts their checks run (``scripts``), by exercise; and, by exercise, why one is not graded (missing, unreadable, or every file as handed out:
     ``untouched``'s message)."""
     files: dict[str, dict[str, str]] = {}
     problems: dict[str, str] = {}
@@ -107,8 +108,18 @@ def submitted_files(source_path: Path, source: nbformat.NotebookNode, exercises:
             if same:
                 problems[exercise.key] = f"not attempted ({', '.join(wanted)} as handed out)"
             else:
-                files[exercise.key] = texts
+                files[exercise.key] = {**scripts(source_path, source, exercises), **texts}
     return files, problems
+
+
+def scripts(source_path: Path, source: nbformat.NotebookNode, exercises: list[Exercise]) -> dict[str, str]:
+    """The scripts a file exercise's check runs beside the answer (``exNN_work/*.py`` of the instructor
+    sources that are no answer file, such as ex06's ``wrap_driver.py``): the instructor's, never the
+    submission's."""
+    answers = {path for e in exercises for path in answer_files(source.cells[e.answer_cell])}
+    folder = source_path.parent
+    return {relative: path.read_text(encoding="utf-8") for path in work_files(folder, source_path.stem)
+            if (relative := path.relative_to(folder).as_posix()) not in answers}
 
 
 def graded_notebook(source: nbformat.NotebookNode, submission: nbformat.NotebookNode,

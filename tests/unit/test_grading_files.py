@@ -39,7 +39,9 @@ def _files(folder: Path):
 def test_an_answer_file_is_taken_from_beside_the_notebook(tmp_path):
     solution = (solutions_dir() / ANSWER).read_text(encoding="utf-8")
     files, problems = _files(_handed_in(tmp_path, solution))
-    assert files == {"ex2": {ANSWER: solution}} and problems == {}
+    broken = (solutions_dir() / "ex04_work" / "broken_ddp.py").read_text(encoding="utf-8")
+    assert files == {"ex2": {"ex04_work/broken_ddp.py": broken, ANSWER: solution}} and problems == {}, \
+        "the answer file, and the instructor's scripts of the notebook beside it"
 
 
 def test_an_answer_file_as_handed_out_or_missing_is_not_run(tmp_path):
@@ -48,6 +50,16 @@ def test_an_answer_file_as_handed_out_or_missing_is_not_run(tmp_path):
     assert files == {} and problems == {"ex2": f"not attempted ({ANSWER} as handed out)"}
     files, problems = _files(_handed_in(tmp_path / "b", None))
     assert files == {} and "the answer file ex04_work/fixed_ddp.py is missing" in problems["ex2"]
+
+
+def test_a_submitted_script_beside_the_answer_is_never_taken(tmp_path):
+    """Only the answer files come from the submission: a broken_ddp.py of the student's is replaced by
+    the instructor's (a check runs it as given)."""
+    solution = (solutions_dir() / ANSWER).read_text(encoding="utf-8")
+    folder = _handed_in(tmp_path, solution)
+    (folder / "ex04_work" / "broken_ddp.py").write_text("print('mine')\n")
+    files, _ = _files(folder)
+    assert files["ex2"]["ex04_work/broken_ddp.py"] == (solutions_dir() / "ex04_work" / "broken_ddp.py").read_text()
 
 
 def test_an_answer_file_that_is_a_link_or_too_big_is_refused(tmp_path):
@@ -74,7 +86,7 @@ def test_prepare_records_the_file_and_sends_it_with_its_exercise_only(tmp_path):
     prepared = prepare("me", SOURCE, folder / SOURCE.name, config)
     assert "ex2" not in prepared.unattempted
     sent = {r["key"]: r.get("files") for r in prepared.requests if r["op"] == "exercise"}
-    assert sent == {"ex2": {ANSWER: solution}}, "only ex2 is answered and it carries its file"
+    assert list(sent) == ["ex2"] and sent["ex2"][ANSWER] == solution, "only ex2 is answered and it carries its file"
 
 
 def test_the_judge_writes_an_answer_file_only_inside_its_working_copy(tmp_path):
