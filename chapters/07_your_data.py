@@ -500,7 +500,7 @@ print(f"DDP, 2 processes: validation accuracy {ddp_acc:.3f} on {records(DDP, 'ep
 # ## FSDP, killed and resumed (beyond the guide: the title's 大规模深度学习)
 # The same data with `common.fsdp.train` (Chapter 6): parameters, gradients and optimizer state sharded
 # over the 2 ranks, a distributed checkpoint every `CHECKPOINT_EVERY` steps and at each epoch's end. Its `SmallCNN` has
-# GroupNorm instead of BatchNorm (no batch statistics to shard, Chapter 6.1), which learns more slowly on
+# GroupNorm instead of BatchNorm (so that 1 and N ranks compute the same gradient, Chapters 4.2 and 6.1), which learns more slowly on
 # these digits: a global batch of 32 and the one-cycle schedule (`--schedule onecycle`) make up for it.
 # `--simulate-kill-at-step` makes the last rank SIGKILL itself, as an out-of-memory killer or a lost
 # machine would; without `--max-restarts` the job fails.
