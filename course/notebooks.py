@@ -29,6 +29,7 @@ from nbclient import NotebookClient
 from common.cli import option, parse_dataclass_args, positive
 from course import bootstrap as standard_cells
 from course.assignments import SOLUTIONS, is_exercise_notebook, is_student_version, student_text
+from course.figures import busy_readings
 
 FORMATS = "ipynb,py:percent"
 
@@ -49,8 +50,12 @@ def _read_source(path: Path) -> nbformat.NotebookNode:
     return nb
 
 
-def build(path: Path, *, timeout: int = 600) -> None:
+def build(path: Path, *, timeout: int = 600, allow_busy: bool = False) -> list[str]:
     """Execute a notebook in a fresh kernel, in its own folder, and write both twins.
+
+    A timing printed as a reading (``common.readings``) on a busy machine (more runnable work than
+    cores) would become the figure learners read and docs/figures.md quotes, so such a run is not
+    stored unless ``allow_busy``: the readings that were busy are returned instead, and nothing is written.
 
     Raises:
         nbclient.exceptions.CellExecutionError: If a cell fails (nothing is written).
@@ -64,8 +69,12 @@ def build(path: Path, *, timeout: int = 600) -> None:
     NotebookClient(nb, timeout=timeout, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     tidy_progress_bars(nb)
+    busy = busy_readings(nb, path.with_suffix(".ipynb").name)
+    if busy and not allow_busy:
+        return busy
     nbformat.write(nb, path.with_suffix(".ipynb"))
     jupytext.write(nb, twin_of(path.with_suffix(".ipynb")), fmt="py:percent")
+    return []
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -190,6 +199,8 @@ class NotebooksConfig:
                           choices=("build", "check", "bootstrap"), positional=True)
     paths: tuple[Path, ...] = option((), ".ipynb or .py twin files", positional=True, nargs="+")
     timeout: int = option(600, "seconds per cell")
+    allow_busy: bool = option(False, "build: store timings measured on a busy machine (more runnable work "
+                              "than cores; each reading states its load) instead of refusing them")
 
 
 def check_config(config: NotebooksConfig) -> dict[str, str]:
@@ -216,9 +227,13 @@ def main(argv: list[str] | None = None) -> int:
                             "`make assignments`")
         elif args.command == "build":
             start = time.perf_counter()
-            build(path, timeout=args.timeout)
-            print(f"built {path.with_suffix('.ipynb')} in {time.perf_counter() - start:.0f} s",
-                  flush=True)
+            busy = build(path, timeout=args.timeout, allow_busy=args.allow_busy)
+            if busy:
+                failures += [f"not stored, measured on a busy machine: {line}" for line in busy]
+                failures.append(f"{path}: run it again on a quiet machine (or pass --allow-busy)")
+            else:
+                print(f"built {path.with_suffix('.ipynb')} in {time.perf_counter() - start:.0f} s",
+                      flush=True)
         elif args.command == "bootstrap":
             print(insert_standard_cells(path))
         else:
