@@ -81,9 +81,13 @@ def finish(processes: Sequence[subprocess.Popen], timeout: float = 240) -> list[
         try:
             outputs.append(process.communicate(timeout=timeout)[0])
         except subprocess.TimeoutExpired:
+            rest = []
             for other in processes:
                 other.kill()
-            rest = [p.communicate()[0] for p in processes]
+                try:  # a worker the agent leaves behind may hold the pipe: the fixture kills it
+                    rest.append(other.communicate(timeout=10)[0] or "")
+                except subprocess.TimeoutExpired:
+                    rest.append("(output held open by a process left behind)")
             pytest.fail(f"still running after {timeout} s:\n" +
                         "\n----\n".join(text[-2000:] for text in rest))
     return outputs

@@ -7,6 +7,7 @@ NFS: data, checkpoints and the log are in the test's temporary folder."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
@@ -60,11 +61,19 @@ def _wait_for(predicate, processes, timeout: float = 180) -> None:
     while not predicate():
         ended = [p for p in processes if p.poll() is not None]
         if ended or time.monotonic() > deadline:
-            for process in processes:
-                process.kill()
             pytest.fail("a host's agent ended (or the wait timed out) before the awaited event:\n"
-                        + "\n----\n".join(p.communicate()[0][-2500:] for p in processes))
+                        + "\n----\n".join(_killed_output(p) for p in processes))
         time.sleep(0.1)
+
+
+def _killed_output(process) -> str:
+    """Kill the agent and read its output for a while: a worker it leaves behind holds the pipe
+    (the fixture kills what runs on the hosts afterwards)."""
+    process.kill()
+    try:
+        return process.communicate(timeout=10)[0][-2500:]
+    except subprocess.TimeoutExpired:
+        return "(output held open by a process the agent left behind)"
 
 
 @pytest.fixture(scope="module")
@@ -143,8 +152,7 @@ def test_a_host_lost_under_elastic_nnodes_leaves_one_that_goes_on(make_cluster, 
                                     for r in records[starts[0]:])
 
     _wait_for(checkpointed_by_two, [host, guest])
-    cluster.kill_processes(1)  # node1 is gone: its agent and workers at once (their sockets
-    cluster.link(1, up=False)  # closed first), then its cable pulled
+    cluster.kill_processes(1)  # node1 is gone: its agent and workers at once
     guest.communicate()
     output = finish([host])[0]
     assert host.returncode == 0, output[-3000:]
