@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", required=True, help="batches per rank")
     parser.add_argument("--timeout", type=float, default=2.0, help="seconds an all-reduce may wait")
     args = parser.parse_args()
-    torch.set_num_threads(1)  # 每个进程一个核
+    torch.set_num_threads(1)  # 每个进程一个核心
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     try:
