@@ -162,7 +162,7 @@ def draw_shard_assignment(ax: Axes | None = None, *, language: str = "en") -> Fi
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
-    from common.shards.dataset import split_shards
+    from common.shards.order import split_shards
 
     words = labels_for("shard_assignment", language)
     world, workers, shards = 2, 2, 8

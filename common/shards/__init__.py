@@ -1,18 +1,13 @@
 """Chapter 5: large datasets as tar shards (the WebDataset convention), streamed per rank and worker.
 
 Modules: ``format`` (writer, manifest, safe streaming reader), ``keys`` (each sample key in one
-shard only), ``dataset`` (``ShardedImageDataset`` and how it splits shards) and the entry point
+shard only), ``order`` (an epoch's order as integers: the split by rank and worker, the shuffle buffer, the
+resume position), ``dataset`` (``ShardedImageDataset``) and the entry point
 ``train`` (``python -m common.shards.train``), which is not imported here.
 """
 
 from common.digests import file_sha256
-from common.shards.dataset import (
-    MAX_BUFFER_BYTES,
-    POLICIES,
-    ShardedImageDataset,
-    split_shards,
-    worker_quotas,
-)
+from common.shards.dataset import MAX_BUFFER_BYTES, ShardedImageDataset
 from common.shards.format import (
     IMAGE_EXTENSIONS,
     MANIFEST_NAME,
@@ -28,6 +23,7 @@ from common.shards.format import (
     write_shards,
 )
 from common.shards.keys import check_unique_keys, shard_keys
+from common.shards.order import POLICIES, split_shards, worker_quotas
 
 __all__ = [
     "IMAGE_EXTENSIONS",

@@ -13,9 +13,9 @@ import pytest
 
 from common.data import CustomImageDataset
 from common.shards import ShardedImageDataset, read_shard, write_shards
-from common.shards import dataset as shard_dataset
-from common.shards.dataset import resume_batches, round_robin, shuffled_positions
+from common.shards import order as shard_order
 from common.shards.format import ShardRecord
+from common.shards.order import resume_batches, round_robin, shuffled_positions
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def uneven(tiny_data, tmp_path_factory):
 @pytest.mark.parametrize(("count", "size"), [(0, 4), (3, 4), (4, 4), (17, 4), (30, 1), (25, 7)])
 def test_shuffled_positions_replays_the_shuffle_buffer(count, size):
     records = [ShardRecord("s", str(i), f"{i}.jpg", b"x", 0) for i in range(count)]
-    buffered = shard_dataset._shuffled(iter(records), size, np.random.default_rng([1, 2]), 2**20)
+    buffered = shard_order.shuffle_buffered(iter(records), size, np.random.default_rng([1, 2]), 2**20)
     expected = [int(r.key) for r in buffered] if size > 1 else list(range(count))
     assert shuffled_positions(count, size, np.random.default_rng([1, 2])) == expected
     assert sorted(expected) == list(range(count))
