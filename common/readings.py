@@ -113,12 +113,15 @@ def _number(value: float) -> str:
 
 
 def read_figure(key: str, value: float, *, unit: str, what: str,
-                expect: tuple[str, float] | None = None) -> Reading:
+                expect: tuple[str, float] | None = None, machine: Machine | None = None) -> Reading:
     """Print (and return) a measured figure, the machine it ran on and whether it kept its promise.
 
     ``key`` names the figure (``"03_1/cache-vs-guide"``: notebook, then a short name), ``unit`` is
     written right after the number (``"×"``, ``" ms"``, ``" images/s"``), ``expect`` a promise such as
     ``(">=", 3.0)``. Never asserts: a busy machine gives a slower figure, and the reading says so.
+    ``machine`` is the machine as :func:`machine_state` saw it before the measurement (default: now);
+    pass it for a measurement that itself runs more processes than there are cores, whose own work
+    would otherwise count as other programs' load.
 
     Introduced in chapters/02_1_dataset_dataloader.ipynb.
     """
@@ -127,6 +130,6 @@ def read_figure(key: str, value: float, *, unit: str, what: str,
     if not re.fullmatch(r"[\w./-]+", key):
         raise ValueError(f"figure key {key!r}: letters, digits and . / _ - only")
     reading = Reading(key=key, value=float(value), unit=unit, what=what, expect=expect,
-                      machine=machine_state())
+                      machine=machine or machine_state())
     print(reading)
     return reading

@@ -28,7 +28,7 @@ import polib
 
 from common.paths import PROJECT_NAME, find_repo_root, is_repo_root
 from course.assignments import is_exercise_notebook
-from course.translate import context, load_po, po_path, update_po
+from course.translate import context, load_po, po_path, scripts_of, update_po
 from course.translate_comments import is_comment_context
 
 #: The first line of each standard cell: how an existing one is recognised (and refreshed).
@@ -99,8 +99,8 @@ def badge_source(repo: Repository, notebook: str, *, zh: bool = False) -> str:
     badges = (f"{BADGE_START}({COLAB_BADGE})]({repo.colab(path)}) "
               f"[![Open In Kaggle]({KAGGLE_BADGE})]({repo.kaggle(path)})")
     if zh:
-        return (f"{badges}\n在 Colab 或 Kaggle 上运行？下一个单元会在那里安装本项目的 `common` 包"
-                "（在 Kaggle 上请先在 notebook 设置中打开 Internet）；在你自己的机器上，它什么也不安装。")
+        return (f"{badges}\n在 Colab 或 Kaggle 上运行？下一个单元格会在那里安装本项目的 `common` 包"
+                "（在 Kaggle 上请先在笔记本设置中打开 Internet）；在你自己的机器上，它什么也不安装。")
     return (f"{badges}\nRunning in Colab or Kaggle? The next cell installs this companion's "
             "package `common` there (on Kaggle, first switch Internet on in the notebook's "
             "settings); on your own machine it installs nothing.")
@@ -200,7 +200,7 @@ def refresh_translation(nb: nbformat.NotebookNode, repo: Repository, notebook: s
     cells to the new indices), plus a ready translation of the badge cell that links to the
     Chinese notebook and of the install cell's comments. Returns the saved file.
     """
-    po = update_po(notebook, nb, load_po(notebook, chapters))
+    po = update_po(notebook, nb, load_po(notebook, chapters), scripts_of(notebook, chapters))
     badge = {e.msgctxt: e for e in po if not e.obsolete}.get(context(notebook, 1))
     if badge is not None and badge.msgid.startswith(BADGE_START):
         badge.msgstr, badge.flags, badge.previous_msgid = \

@@ -45,6 +45,9 @@ def test_read_figure_prints_and_refuses_a_bad_promise_or_key(capsys, monkeypatch
     monkeypatch.setattr(readings, "machine_state", lambda: Machine(cores=2, load=1.0))
     reading = read_figure("06_3/chain", 11.6, unit="×", what="a fused chain", expect=(">", 1.5))
     assert reading.as_expected and capsys.readouterr().out == str(reading) + "\n"
+    quiet = read_figure("04_3/bw", 91.0, unit="%", what="x", machine=Machine(cores=2, load=0.3))
+    assert "at load average 0.3" in str(quiet), "the machine as it was before the measurement"
+    capsys.readouterr()
     with pytest.raises(ValueError, match="comparison must be one of"):
         read_figure("06_3/chain", 1.0, unit="×", what="x", expect=("=>", 1.5))
     with pytest.raises(ValueError, match="figure key"):

@@ -488,7 +488,7 @@ with checks("Exercise 6"):
     pick_device(env, cuda_count=2, mps=False)
     assert env == job_env(1, nodes=1, per_node=2), "leave env as it is"
 ### BEGIN HIDDEN TESTS
-from common.device import plan_device  # noqa: E402 - the chapter's device plan: the reference
+from common.device import plan_device
 
 
 def planned(env: dict[str, str], cuda_count: int, mps: bool) -> tuple[str, str]:
