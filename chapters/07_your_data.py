@@ -240,7 +240,7 @@ print("classes:", messy.classes, "| train", len(messy.dataset("train")), "| val"
 # it, `pad` letterboxes it):
 
 # %%
-from common.images.pixels import squared  # noqa: E402 (shown where it is used)
+from common.images.pixels import squared
 
 shown = {name: load_rgb(path) for name, path in (
     (name, next(p for p, _ in messy.dataset("train").samples + messy.dataset("val").samples
