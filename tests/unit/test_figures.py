@@ -50,3 +50,10 @@ def test_docs_figures_md_is_what_make_figures_writes():
     document = (REPO / "docs" / "figures.md").read_text(encoding="utf-8")
     wanted = figures.rewritten(document, figures.chapter_figures(REPO / "chapters"))
     assert document == wanted, "docs/figures.md is out of date with the notebooks' outputs: run `make figures`"
+
+
+def test_no_committed_reading_was_measured_on_a_busy_machine():
+    """make notebooks refuses such runs; a notebook stored around it (a hand edit) is caught here."""
+    busy = [line for path in sorted((REPO / "chapters").glob("*.ipynb"))
+            for line in figures.busy_readings(nbformat.read(path, as_version=4), path.name)]
+    assert not busy, "\n".join(busy[:10])
