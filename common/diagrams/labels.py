@@ -191,7 +191,7 @@ LABELS: dict[str, dict[str, dict[str, str]]] = {
             "continues": "恢复后：第 {} 步得到 b{}，\n样本 {}",
             "restart_note": "重新开始：b1–b{} 再来一遍，\n轮次到第 {} 步才结束"},
         "elastic_rendezvous": {
-            "agent": "代理 {}", "round": "第 {} 轮 rendezvous", "train": "以 world size {} 启动",
+            "agent": "代理进程 {}", "round": "第 {} 轮 rendezvous", "train": "以 world size {} 启动",
             "resume": "以 world size {} 恢复", "rank": "rank {}",
             "waits": "到达，等待", "dies": "离开",
             "join": "加入：重启，\n不占用重启次数",
