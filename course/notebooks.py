@@ -204,15 +204,16 @@ class NotebooksConfig:
 
 
 def check_config(config: NotebooksConfig) -> dict[str, str]:
-    """Problems of a finished configuration, by field: every path a notebook or its twin."""
+    """Problems of a finished configuration, by field: every path a notebook or its twin (a .py beside
+    no notebook, such as a chapter's script, is neither)."""
     problems = positive(config, "timeout")
     wrong = [str(p) for p in config.paths if p.suffix not in (".ipynb", ".py")]
     missing = [str(p) for p in config.paths if p.suffix in (".ipynb", ".py")
-               and not any(p.with_suffix(s).is_file() for s in (".ipynb", ".py"))]
+               and not p.with_suffix(".ipynb").is_file()]
     if wrong:
         problems["paths"] = f"not an .ipynb or .py file: {', '.join(wrong)}"
     elif missing:
-        problems["paths"] = f"no such notebook or twin: {', '.join(missing)}"
+        problems["paths"] = f"no such notebook, nor a twin of one: {', '.join(missing)}"
     return problems
 
 

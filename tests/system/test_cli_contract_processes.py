@@ -49,6 +49,7 @@ def test_real_commands_refuse_bad_values_in_one_line(tmp_path):
 @pytest.mark.parametrize(("argv", "named"), [
     (["check", "{tmp}/missing.ipynb"], "missing.ipynb"),
     (["check", "{tmp}/notes.txt"], "notes.txt"),
+    (["check", "chapters/scripts/06_4/toy_agent_with_worker.py"], "toy_agent_with_worker.py"),
     (["build", "--timeout", "0", "chapters/01_pytorch_basics.py"], "--timeout"),
 ])
 def test_course_notebooks_refuses_missing_notebooks_and_bad_timeouts(argv, named, tmp_path,

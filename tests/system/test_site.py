@@ -531,7 +531,7 @@ def test_zh_reverse_map_names_guide_headings_not_the_prose_around_them(tmp_path)
                 Chapter("chapters/zh/04_1.ipynb", "chapters/04_1.ipynb", "第4.1章", ZH_FIRST.splitlines()[1]
                         .removeprefix("**对应指南章节：** "))]
     page = index_page(chapters, EDITIONS["zh"], docs=[])
-    reverse = page[page.index("## 指南章节 → notebook"):page.index("## 参考")]
+    reverse = page[page.index("## " + EDITIONS["zh"].labels["reverse"]):page.index("## 参考")]
     assert "| §2.2.1 Dataset与DataLoader类 | [02_1.ipynb](chapters/02_1.ipynb), [04_1.ipynb]" in reverse
     assert "| §2.3.1 自定义数据集的创建 | [02_3.ipynb](chapters/02_3.ipynb), [04_1.ipynb]" in reverse
     assert "为基础" not in reverse and "处中断" not in reverse

@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -171,17 +172,22 @@ def make_cluster():
 
 
 @pytest.fixture
-def slurm(tmp_path, make_cluster):
+def slurm(make_cluster):
     missing = [tool for tool in TOOLS if shutil.which(tool, path=SEARCH_PATH) is None]
     require("Slurm (slurm-wlm, munge)", f"no {', '.join(missing)}: make system-deps (Debian/Ubuntu: "
             "apt-get install -y slurm-wlm munge)" if missing else None)
     require("root for network namespaces", unavailable())  # slurmd too must run as root
-    cluster = Cluster(tmp_path / "slurm", make_cluster(2))
+    # Slurm's sockets live under its spool and state folders, and a Unix socket's path has at most
+    # 107 bytes: a pytest tmp_path (…/popen-gw0/test_sbatch_script_…0/) is too long for
+    # …/spool/node1/node1_1.batch, so the cluster gets a short folder of its own.
+    root = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))
+    cluster = Cluster(root, make_cluster(2))
     try:
         cluster.start()
         yield cluster
     finally:
         cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def records(log: Path, event: str) -> list[dict]:
