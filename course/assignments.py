@@ -59,7 +59,7 @@ __all__ = ["ANSWER_FILE_TAG", "DEMO_TAG", "NOT_DONE", "AssignmentFormatError", "
            "exercises_of", "instructor_sources", "is_demo", "is_exercise_notebook", "is_student_version",
            "learner_folder", "main", "nbgrader_meta", "rebase_links", "solutions_dir",
            "strip_hidden_tests", "strip_solutions", "student_text", "student_version", "handout_text",
-           "work_files", "write_work_files"]
+           "work_file_texts", "work_files", "write_work_files"]
 
 if TYPE_CHECKING:  # nbformat costs ~2 s to import (jsonschema): every exercise kernel and judge
     import nbformat  # imports this module for `checks`, and none of them reads a notebook
@@ -376,22 +376,24 @@ def build(out: Path, sources: list[Path], *, manifest: bool = True) -> dict[str,
     return listing
 
 
-def write_work_files(out: Path, source: Path, exercises: list[Exercise]) -> list[Path]:
-    """Hand out a notebook's scripts beside its student version: each answer file as handed out
-    (``handout_text``), every other ``exNN_work/*.py`` of the instructor sources as it is."""
+def work_file_texts(source: Path, exercises: list[Exercise]) -> dict[str, str]:
+    """The scripts handed out beside a notebook's student version, by their path relative to it: each
+    answer file as handed out (``handout_text``), every other ``exNN_work/*.py`` of the instructor
+    sources as it is."""
     import nbformat
 
     folder = Path(source).parent
     nb = nbformat.read(source, as_version=4)
     answers = {path: start for e in exercises for path, start in answer_files(nb.cells[e.answer_cell]).items()}
-    written = []
-    for script in work_files(folder, Path(source).stem):
-        relative = script.relative_to(folder).as_posix()
-        if relative not in answers:
-            written.append(_write(out / relative, script.read_text(encoding="utf-8")))
-    for relative, start in answers.items():
-        written.append(_write(out / relative, handout_text(folder, relative, start)))
-    return written
+    texts = {script.relative_to(folder).as_posix(): script.read_text(encoding="utf-8")
+             for script in work_files(folder, Path(source).stem)}
+    texts = {relative: text for relative, text in texts.items() if relative not in answers}
+    return texts | {relative: handout_text(folder, relative, start) for relative, start in answers.items()}
+
+
+def write_work_files(out: Path, source: Path, exercises: list[Exercise]) -> list[Path]:
+    """Hand out a notebook's scripts beside its student version in ``out`` (``work_file_texts``)."""
+    return [_write(out / relative, text) for relative, text in work_file_texts(source, exercises).items()]
 
 
 def _write(path: Path, text: str) -> Path:

@@ -1,8 +1,9 @@
 """The comments of a code cell, found with ``tokenize``: what the Chinese edition translates.
 
 A code cell's *comments* are its ``#`` comments (a run of full-line comments at one column is
-one block, a comment after code is a trailing one) and the docstrings of the functions and
-classes it defines (also in a ``%%writefile x.py`` script). Strings that contain ``#`` are code,
+one block, a comment after code is a trailing one) and its docstrings: those of the functions and
+classes it defines (also in a ``%%writefile x.py`` script) and a module's, the string a script file
+starts with (its usage, which ``argparse`` may show as ``__doc__``). Strings that contain ``#`` are code,
 never comments. Markers stay as they are and are never offered for translation: ``# NBVAL_*``,
 ``# noqa``, ``# type:``, ``# pragma``, ``# fmt:``, jupytext's ``# %%`` / ``# +`` / ``# -``,
 nbgrader's ``### BEGIN SOLUTION`` and the like, shebangs and coding lines; a comment with no Latin
@@ -49,6 +50,7 @@ class Comment:
     strip_start: int  # source[strip_start:strip_end] is what ``strip`` removes
     strip_end: int
     closing_line: bool = False  # docstrings: the closing quotes stand on a line of their own
+    closing_indent: str | None = None  # ... indented so (None: as ``indent``)
 
 
 def translatable(text: str) -> bool:
@@ -143,10 +145,16 @@ def _docstring_nodes(text: str) -> list[ast.Constant]:
         tree = ast.parse(text)
     except SyntaxError:
         return []
-    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    defs = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
     return [node.body[0].value for node in ast.walk(tree) if isinstance(node, defs)
             and node.body and isinstance(node.body[0], ast.Expr)
             and isinstance(node.body[0].value, ast.Constant) and isinstance(node.body[0].value.value, str)]
+
+
+def _margin(body: str) -> str:
+    """The indentation common to a docstring's continuation lines (blank lines aside)."""
+    indents = [line[:len(line) - len(line.lstrip())] for line in body.split("\n")[1:] if line.strip()]
+    return min(indents, key=len) if indents else ""
 
 
 def _docstrings(text: str, tokens: list[tokenize.TokenInfo], lines: list[str], starts: list[int],
@@ -165,9 +173,12 @@ def _docstrings(text: str, tokens: list[tokenize.TokenInfo], lines: list[str], s
             continue
         start, end = starts[node.lineno - 1] + col, starts[token.end[0] - 1] + token.end[1]
         body = token.string[len(opening[0]):-len(opening[2])]
-        indent = lines[node.lineno - 1][:col]
+        indent, closing = lines[node.lineno - 1][:col], None
+        if col == 0:  # a module's: its text keeps the margin cleandoc took off, its closing quotes their column
+            indent, closing = _margin(body), body.rsplit("\n", 1)[-1]
         found.append(Comment(DOCSTRING, docstring, start, end, indent if not indent.strip() else " " * col,
-                             opening[0], start, end, closing_line=bool(re.search(r"\n[ \t]*$", body))))
+                             opening[0], start, end, closing_line=bool(re.search(r"\n[ \t]*$", body)),
+                             closing_indent=closing))
     return found
 
 
@@ -185,7 +196,7 @@ def comments(source: str, everything: bool = False) -> list[Comment]:
     found = hash_comments(tokens, lines, starts, everything) + \
         _docstrings(text, tokens, lines, starts, everything)
     return sorted((Comment(c.kind, c.text, c.start + offset, c.end + offset, c.indent, c.prefix,
-                           c.strip_start + offset, c.strip_end + offset, c.closing_line)
+                           c.strip_start + offset, c.strip_end + offset, c.closing_line, c.closing_indent)
                    for c in found), key=lambda c: c.start)
 
 
@@ -195,8 +206,10 @@ def format_problem(comment: Comment, translation: str) -> str:
         return "a comment after code must stay on one line"
     if comment.kind == DOCSTRING:
         quote = STRING_START.match(comment.prefix)[2]
-        if quote[0] in translation or "\\" in translation:
-            return f"a docstring's translation may hold no {quote[0]} and no backslash"
+        if "\\" in translation or (quote[0] in translation and len(quote) == 1) or quote in translation \
+                or translation.strip().startswith(quote[0]) or translation.strip().endswith(quote[0]):
+            return (f"a docstring's translation may hold no backslash and no {quote} "
+                    f"(nor start or end with {quote[0]})")
         if len(quote) == 1 and "\n" in translation:
             return "this docstring has single quotes: its translation must be one line"
     return ""
@@ -213,7 +226,8 @@ def replacement(comment: Comment, translation: str) -> str:
     quote = STRING_START.match(comment.prefix)[2]
     body = lines[0] + "".join("\n" + (comment.indent + line if line.strip() else "")
                               for line in lines[1:])
-    return comment.prefix + body + ("\n" + comment.indent if comment.closing_line else "") + quote
+    closing = comment.indent if comment.closing_indent is None else comment.closing_indent
+    return comment.prefix + body + ("\n" + closing if comment.closing_line else "") + quote
 
 
 def rewrite(source: str, replace: Callable[[Comment], str | None]) -> str:

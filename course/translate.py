@@ -20,7 +20,10 @@ English only in those.
 - A chapter's scripts (``chapters/scripts/<number>/``, the files it runs and shows) are translated with
   it: their comments are entries of its ``.po`` file, and ``build`` writes their Chinese copies to
   ``chapters/zh/scripts/<number>/``, which the Chinese notebook (in ``chapters/zh/``) runs by the same
-  relative path.
+  relative path. An exercise's work files (``exercises/solutions/exNN_work/*.py``, the scripts its checks
+  run and the answer files) are translated the same way, into ``chapters/zh/exercises/solutions/exNN_work/``,
+  and ``build`` hands them out beside the Chinese student version (``course.assignments.work_file_texts``:
+  an answer file as the learner gets it, its ``# YOUR CODE HERE`` and solution markers kept).
 - ``status`` prints, per notebook, how much is translated; notebooks not listed in TRANSLATED
   are *pending*. ``check`` fails (exit status 1) naming each notebook and cell whose translation
   is missing, fuzzy or stale, and each built notebook that is out of date.
@@ -40,7 +43,14 @@ import polib
 from common.cli import is_dir, option, parse_dataclass_args
 from common.paths import chapters_dir
 from course import translate_comments
-from course.assignments import SOLUTIONS, is_student_version, learner_folder, student_text
+from course.assignments import (
+    SOLUTIONS,
+    exercises_of,
+    is_student_version,
+    learner_folder,
+    student_text,
+    work_file_texts,
+)
 from course.messages import CHINESE
 
 LANGUAGE = CHINESE
@@ -63,14 +73,19 @@ def english_notebooks(chapters: Path | None = None) -> list[str]:
 
 
 def script_folder(notebook: str, chapters: Path | None = None) -> Path | None:
-    """``chapters/scripts/<number>`` of a chapter (``04_1`` for ``04_1_ddp_fundamentals.ipynb``), or
-    None for a notebook that is no chapter (an exercise)."""
+    """The folder of a notebook's scripts: ``chapters/scripts/<number>`` of a chapter (``04_1`` for
+    ``04_1_ddp_fundamentals.ipynb``), ``chapters/exercises/solutions/exNN_work`` of an exercise's
+    instructor source; None for any other notebook."""
+    chapters = chapters or chapters_dir()
+    if exercise := re.fullmatch(rf"exercises/{SOLUTIONS}/(ex\d\d)_[^/]+\.ipynb", notebook):
+        return chapters / "exercises" / SOLUTIONS / f"{exercise[1]}_work"
     number = re.match(r"(\d\d(?:_\d)?)_", notebook)
-    return (chapters or chapters_dir()) / "scripts" / number[1] if number and "/" not in notebook else None
+    return chapters / "scripts" / number[1] if number and "/" not in notebook else None
 
 
 def scripts_of(notebook: str, chapters: Path | None = None) -> dict[str, str]:
-    """The texts of a chapter's scripts by their path relative to the notebook (``scripts/04_1/ddp.py``)."""
+    """The texts of a notebook's scripts (``script_folder``) by their path relative to ``chapters/``
+    (``scripts/04_1/ddp.py``, ``exercises/solutions/ex04_work/broken_ddp.py``)."""
     chapters = chapters or chapters_dir()
     folder = script_folder(notebook, chapters)
     if folder is None or not folder.is_dir():
@@ -80,7 +95,7 @@ def scripts_of(notebook: str, chapters: Path | None = None) -> dict[str, str]:
 
 
 def built_scripts(notebook: str, po: polib.POFile, chapters: Path | None = None) -> dict[Path, str]:
-    """Each Chinese script ``build`` writes for a chapter, by its path under ``chapters/zh/``."""
+    """Each Chinese script ``build`` writes for a notebook, by its path under ``chapters/zh/``."""
     chapters = chapters or chapters_dir()
     return {zh_dir(chapters) / name: translate_comments.build_script(notebook, text, po)
             for name, text in scripts_of(notebook, chapters).items()}
@@ -92,6 +107,17 @@ def zh_student_version(notebook: str, chapters: Path | None = None) -> Path | No
     built = zh_dir(chapters) / notebook
     folder = learner_folder(built.parent)
     return folder / built.name if folder is not None else None
+
+
+def handed_out_scripts(notebook: str, chapters: Path | None = None) -> dict[Path, str]:
+    """The work files handed out beside a Chinese student version (from the built Chinese instructor
+    source and its translated ``exNN_work/``), by path; empty for a chapter."""
+    student = zh_student_version(notebook, chapters)
+    built = zh_dir(chapters) / notebook
+    if student is None or not built.is_file():
+        return {}
+    exercises = exercises_of(nbformat.read(built, as_version=4), name=built.name)
+    return {student.parent / relative: text for relative, text in work_file_texts(built, exercises).items()}
 
 
 def required(chapters: Path | None = None) -> list[str]:
@@ -260,6 +286,10 @@ def check(notebook: str, chapters: Path | None = None) -> list[str]:
             found.append(f"{notebook}: its student version {shown} is missing (run `make translations`)")
         elif student.read_text(encoding="utf-8") != student_text(built, student.parent):
             found.append(f"{notebook}: its student version {shown} is out of date (run `make translations`)")
+        for path, text in handed_out_scripts(notebook, chapters).items():
+            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                found.append(f"{notebook}: the handed-out {_shown(path, chapters)} is missing or out of date "
+                             "(run `make translations`)")
     return found
 
 
@@ -354,6 +384,10 @@ def main(argv: list[str] | None = None) -> int:
             if (student := zh_student_version(notebook, chapters)) is not None:
                 student.write_text(student_text(target, student.parent), encoding="utf-8")
                 print(f"wrote {_shown(student, chapters)} (its student version)")
+                for path, text in handed_out_scripts(notebook, chapters).items():
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(text, encoding="utf-8")
+                    print(f"wrote {_shown(path, chapters)} (handed out)")
         failures += check(notebook, chapters) if args.command in ("build", "check") else []
     for failure in failures:
         print(failure, file=sys.stderr)

@@ -13,7 +13,8 @@ runs and shows.
 
 Outputs are the English ones, except where an output *shows* this notebook's code: the outputs of a
 cell that calls ``show_diff`` (04_1's diffs of its ``ddp.py``) or ``show_file`` follow, line by line,
-the translation of each comment or one-line docstring on a ``+``/``-``/context line or a file's line. The outputs of ``show_source``
+the translation of each comment or one-line docstring on a ``+``/``-``/context line, and of each comment
+and docstring of a shown file (a script's usage docstring included). The outputs of ``show_source``
 show files of ``common/``, which stay English, so they stay English too; so do the English string
 literals in code (04_1's ``edit`` steps), since code is the same in both editions.
 """
@@ -172,10 +173,11 @@ def _translated(notebook: str, by_key: dict, comment: Comment) -> str | None:
 def _follow_text(notebook: str, by_key: dict, text: str) -> tuple[str, list[tuple[str, str]]]:
     """A diff text with its comments translated, and each ``(old, new)`` piece replaced."""
     pieces = []
+    whole_file = shown_file(text) is not None  # a diff's lines stand alone: a translation there is one line
     for comment in reversed(output_comments(text)):
         translation = _translated(notebook, by_key, comment)
         if translation and not code_comments.format_problem(comment, translation) \
-                and "\n" not in translation:
+                and (whole_file or "\n" not in translation):
             new = code_comments.replacement(comment, translation)
             pieces.append((text[comment.start:comment.end], new))
             text = text[:comment.start] + new + text[comment.end:]
@@ -190,7 +192,22 @@ def _follow_outputs(notebook: str, by_key: dict, cell: nbformat.NotebookNode) ->
         if "text/plain" in data:
             data["text/plain"], pieces = _follow_text(notebook, by_key, data["text/plain"])
             for (old, new), table in product(pieces if "text/html" in data else (), HTML_ESCAPES):
-                data["text/html"] = data["text/html"].replace(old.translate(table), new.translate(table))
+                data["text/html"] = _html_replace(data["text/html"], old, new, table)
+
+
+def _html_replace(html: str, old: str, new: str, table: dict) -> str:
+    """``html`` with the code ``old`` replaced by ``new``, both escaped by ``table``. Pygments closes its
+    spans at each line's end, so a piece of several lines (a docstring) is found across them and
+    written back in the span its first line opens."""
+    if "\n" not in old:
+        return html.replace(old.translate(table), new.translate(table))
+    between = r"(?:</span>)?\n(?:<span[^>]*>)?"
+    found = re.search(between.join(re.escape(line.translate(table)) for line in old.split("\n")), html)
+    opening = re.findall(r"<span[^>]*>", html[:found.start()]) if found else []
+    if not found or not opening:
+        return html
+    lines = [line.translate(table) for line in new.split("\n")]
+    return html[:found.start()] + ("</span>\n" + opening[-1]).join(lines) + html[found.end():]
 
 
 def build_script(notebook: str, text: str, po) -> str:

@@ -11,6 +11,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from course import code_comments
 from course.assignments import (
     BEGIN_HIDDEN,
     BEGIN_SOLUTION,
@@ -43,6 +44,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SOURCES = instructor_sources()
 #: The learner's folders of both editions, each with its instructor sources in solutions/.
 LEARNER_FOLDERS = (exercises_dir(), zh_dir() / "exercises")
+#: A line the grader, ``strip_solutions`` or the learner finds by its English marker.
+MARKER_LINE = re.compile(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)|YOUR CODE HERE")
 CHAPTERS = ("ex01_", "ex02_", "ex03_", "ex04_", "ex05_", "ex06_", "ex07_")
 
 
@@ -386,12 +389,17 @@ def test_the_committed_answer_files_are_what_make_assignments_writes(folder, tmp
 
 
 def test_both_editions_run_the_same_scripts():
+    """The Chinese work files are the English ones with Chinese comments and docstrings: the same code, the
+    same solution and hidden-test markers, the same ``# YOUR CODE HERE``."""
     for source in SOURCES:
         english = work_files(source.parent, source.stem)
         chinese = work_files(zh_dir() / "exercises" / "solutions", source.stem)
         assert [p.name for p in english] == [p.name for p in chinese]
         for a, b in zip(english, chinese, strict=True):
-            assert a.read_text(encoding="utf-8") == b.read_text(encoding="utf-8"), f"{b} differs from {a}"
+            en, zh = a.read_text(encoding="utf-8"), b.read_text(encoding="utf-8")
+            assert code_comments.strip(zh) == code_comments.strip(en), f"{b}'s code differs from {a}'s"
+            assert [line for line in zh.splitlines() if MARKER_LINE.search(line)] == \
+                [line for line in en.splitlines() if MARKER_LINE.search(line)], f"{b} lost a marker of {a}"
 
 
 def test_an_answer_file_must_be_a_path_inside_the_notebooks_folder():

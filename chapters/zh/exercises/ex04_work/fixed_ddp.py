@@ -1,5 +1,5 @@
 raise NotImplementedError("fix this script, then delete this line")  # YOUR CODE HERE: the answer file of an exercise
-"""A DDP training script with three bugs.
+"""一个有三个错误的 DDP 训练脚本。
 
     torchrun --standalone --nproc_per_node=2 broken_ddp.py --out FOLDER
 """

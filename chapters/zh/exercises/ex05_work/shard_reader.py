@@ -1,4 +1,4 @@
-"""Read 8 shards of 6 samples on every rank with DataLoader workers; report what was read.
+"""每个 rank 用 DataLoader 的工作进程读取 8 个分片（每片 6 个样本），报告读到了什么。
 
     torchrun --standalone --nproc_per_node=N shard_reader.py --workers W
 """
@@ -10,18 +10,18 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
-SHARDS = [list(range(6 * s, 6 * s + 6)) for s in range(8)]  # shard s holds samples 6s .. 6s+5
+SHARDS = [list(range(6 * s, 6 * s + 6)) for s in range(8)]  # 分片 s 保存样本 6s .. 6s+5
 
 
 class ShardStream(IterableDataset):
-    """The samples of this rank's shards, shard by shard."""
+    """本 rank 各分片中的样本，一个分片接一个分片。"""
 
     def __init__(self, shards: list[list[int]], *, seed: int = 0) -> None:
         self.shards, self.seed = shards, seed
 
     def __iter__(self):
         order = list(range(len(self.shards)))
-        random.shuffle(order)  # a new shard order every run
+        random.shuffle(order)  # 每次运行都是新的分片顺序
         rank, world = dist.get_rank(), dist.get_world_size()
         for shard in order[rank::world]:
             yield from self.shards[shard]

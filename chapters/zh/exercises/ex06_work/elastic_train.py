@@ -1,11 +1,11 @@
-"""FSDP2 + SGD with momentum on the ranks its agents start, a DCP checkpoint after every step in DIR/step-N.
+"""在代理进程启动的各个 rank 上用 FSDP2 + 带动量的 SGD 训练，每一步之后在 DIR/step-N 写一个 DCP 检查点。
 
     torchrun --nnodes=1:2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --max-restarts=1
         elastic_train.py --checkpoint DIR --out FILE --log-file LOG [--steps 12] [--step-delay S] [--resume]
 
-JSON lines in LOG: every rank {"event": "start", "rank", "attempt", "world_size", "step", "samples"} when its
-group starts training at "step" ("samples": the samples it trains on per step); rank 0 {"event": "checkpoint",
-"step"} after each checkpoint, and {"event": "done", "rank", "step"} once it has written the final weights to FILE.
+LOG 里是一行一个 JSON 记录。每个 rank 在它的进程组从 "step" 开始训练时写
+{"event": "start", "rank", "attempt", "world_size", "step", "samples"}（"samples"：它每一步训练的样本数）；
+rank 0 每保存一个检查点写 {"event": "checkpoint", "step"}，把最终权重写到 FILE 之后写 {"event": "done", "rank", "step"}。
 """
 
 import argparse
@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import fully_shard
 
-PER_RANK = 6  # samples per rank and step
+PER_RANK = 6  # 每个 rank 每一步的样本数
 
 
 def build() -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -38,12 +38,12 @@ def build() -> tuple[nn.Module, torch.optim.Optimizer]:
 
 
 def batch(step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(step)  # step N's batch, the same on every rank
+    generator = torch.Generator().manual_seed(step)  # 第 N 步的批次，每个 rank 上都相同
     return torch.randn(size, 8, generator=generator), torch.randn(size, 4, generator=generator)
 
 
 def log(path: Path, event: str, **values) -> None:
-    with path.open("a") as file:  # one short line per write: the ranks' lines do not mix
+    with path.open("a") as file:  # 每次只写一短行：各 rank 的行不会混在一起
         file.write(json.dumps({"event": event, **values, "time": time.time()}) + "\n")
 
 
@@ -72,14 +72,14 @@ def main() -> None:
         log(args.log_file, "start", rank=rank, attempt=attempt, world_size=world_size, step=start, samples=PER_RANK)
         for step in range(start, args.steps):
             inputs, targets = batch(step, PER_RANK * world_size)
-            mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)  # this rank's share of the step's batch
+            mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)  # 这一步的批次中属于本 rank 的那一份
             optimizer.zero_grad()
             nn.functional.mse_loss(model(inputs[mine]), targets[mine]).backward()
             optimizer.step()
             dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=args.checkpoint / f"step-{step + 1}")
             if rank == 0:
                 log(args.log_file, "checkpoint", step=step + 1)
-            time.sleep(args.step_delay)  # a real step takes longer
+            time.sleep(args.step_delay)  # 真实的一步要花更长时间
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if rank == 0:
             torch.save(full, args.out)

@@ -1,9 +1,9 @@
 raise NotImplementedError("fix this script, then delete this line")  # YOUR CODE HERE: the answer file of an exercise
-"""Train a small model with FSDP2 on N ranks, checkpoint it, continue from the checkpoint.
+"""用 FSDP2 在 N 个 rank 上训练一个小模型，保存检查点，再从检查点继续训练。
 
     torchrun --standalone --nproc_per_node=N resume_fsdp.py --checkpoint DIR --out FILE [--resume]
 
-Writes DIR/step-3 (then DIR/step-6 when resumed from DIR/step-3) and the final weights to FILE.
+写出 DIR/step-3（从 DIR/step-3 恢复时再写 DIR/step-6），最终权重写到 FILE。
 """
 
 import argparse
@@ -22,7 +22,7 @@ def build_model() -> nn.Module:
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(1)  # the same batch on every rank
+    generator = torch.Generator().manual_seed(1)  # 每个 rank 上是同一个批次
     return torch.randn(12, 8, generator=generator), torch.randn(12, 4, generator=generator)
 
 

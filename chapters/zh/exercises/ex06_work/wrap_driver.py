@@ -1,4 +1,4 @@
-"""Apply wrapping.shard to a few models on N ranks; rank 0 writes what it did to OUT (JSON + .pt).
+"""在 N 个 rank 上对几个模型调用 wrapping.shard；rank 0 把结果写到 OUT（JSON + .pt）。
 
     torchrun --standalone --nproc_per_node=N wrap_driver.py --out OUT
 """
@@ -15,7 +15,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
-#: The learner's wrapping.py, beside this script.
+#: 学习者的 wrapping.py，就在本脚本旁边。
 shard = runpy.run_path(str(Path(__file__).resolve().with_name("wrapping.py")))["shard"]
 
 
@@ -24,11 +24,11 @@ def build(kind: str) -> nn.Module:
     if kind == "nested":
         inner = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16))
         return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), inner, nn.Linear(16, 4))
-    return nn.Sequential(nn.Linear(8, 7), nn.ReLU(), nn.Linear(7, 4))  # "odd": 7 rows for 2 ranks
+    return nn.Sequential(nn.Linear(8, 7), nn.ReLU(), nn.Linear(7, 4))  # "odd"：2 个 rank 分 7 行
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(1)  # the same batch on every rank
+    generator = torch.Generator().manual_seed(1)  # 每个 rank 上是同一个批次
     return torch.randn(12, 8, generator=generator), torch.randn(12, 4, generator=generator)
 
 
@@ -66,7 +66,7 @@ def main() -> None:
             key = f"{kind}/{min_params}"
             try:
                 reports[key], weights[key] = run(kind, min_params)
-            except Exception as error:  # one line that says what failed, then torchrun's report
+            except Exception as error:  # 先用一行说明哪里失败了，然后是 torchrun 的报告
                 print(f"rank {dist.get_rank()}: {key}: {type(error).__name__}: {error}", flush=True)
                 raise
         if dist.get_rank() == 0:

@@ -1,4 +1,4 @@
-"""The four collectives on N processes, DDP's gradient averaging, and the cost of an all-reduce.
+"""在 N 个进程上演示四种集合通信、DDP 的梯度平均，以及一次全归约的开销。
 
     torchrun --standalone --nproc_per_node=2 chapters/scripts/04_1/collectives.py --repeats 15
 """

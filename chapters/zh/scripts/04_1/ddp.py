@@ -1,4 +1,4 @@
-"""Chapter 1's training loop with DistributedDataParallel: one process per core or GPU.
+"""第 1 章的训练循环，用 DistributedDataParallel 改写：每个核心或每块 GPU 一个进程。
 
     torchrun --standalone --nproc_per_node=2 chapters/scripts/04_1/ddp.py --out runs/04_1/ddp
 """

@@ -1,4 +1,4 @@
-"""Chapter 1's training loop as a script, fed by Chapter 2's pipeline: one process.
+"""把第 1 章的训练循环写成脚本，数据来自第 2 章的管道：只用一个进程。
 
     python chapters/scripts/04_1/single.py --out runs/04_1/single
 """

@@ -1,7 +1,6 @@
-"""Two bugs on purpose, on 2 gloo ranks: collectives that do not match, then a rank that hangs.
+"""在 2 个 gloo rank 上故意制造两个错误：先是对不上的集合通信，再是一个挂起的 rank。
 
-    TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun --standalone --nproc_per_node=2 chapters/scripts/04_2/bugs.py \
-        --stacks runs/04_2/bugs/stacks
+    TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun --standalone --nproc_per_node=2 chapters/scripts/04_2/bugs.py         --stacks runs/04_2/bugs/stacks
 """
 
 import argparse

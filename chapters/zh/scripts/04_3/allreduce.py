@@ -1,7 +1,7 @@
-"""One all-reduce across every rank torchrun started, with a short timeout (chapter 4.3).
+"""在 torchrun 启动的所有 rank 上做一次全归约，超时设得很短（第 4.3 章）。
 
-Each rank adds its rank + 1; every rank must print the same sum. A group that cannot connect
-fails within --timeout seconds instead of torch's default 30 minutes.
+每个 rank 贡献自己的 rank + 1，每个 rank 打印的和都必须相同。
+连不上的进程组会在 --timeout 秒内失败，而不是等 torch 默认的 30 分钟。
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""DDP on ranks with different numbers of batches: plain, then inside Join.
+"""各 rank 的批次数不同时的 DDP：先直接运行，再放进 Join 里运行。
 
     torchrun --standalone --nproc_per_node=2 uneven.py --batches 16 14
 """

@@ -1,4 +1,4 @@
-"""A DDP training script with three bugs.
+"""一个有三个错误的 DDP 训练脚本。
 
     torchrun --standalone --nproc_per_node=2 broken_ddp.py --out FOLDER
 """

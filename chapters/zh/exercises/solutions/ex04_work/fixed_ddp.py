@@ -1,4 +1,4 @@
-"""A DDP training script, fixed: a new shuffle every epoch, reduced counts, rank 0 saves.
+"""改好的 DDP 训练脚本：每个轮次重新打乱，计数先归约，只由 rank 0 保存。
 
     torchrun --standalone --nproc_per_node=2 fixed_ddp.py --out FOLDER
 """
@@ -29,7 +29,7 @@ def main() -> None:
         model = DDP(nn.Linear(4, 2))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
         for epoch in range(3):
-            sampler.set_epoch(epoch)  # a new shuffle every epoch
+            sampler.set_epoch(epoch)  # 每个轮次重新打乱
             correct, seen, first = 0, 0, None
             for inputs, labels, indices in loader:
                 first = indices.tolist() if first is None else first
@@ -40,11 +40,11 @@ def main() -> None:
                 correct += (logits.argmax(1) == labels).sum().item()
                 seen += len(labels)
             totals = torch.tensor([correct, seen])
-            dist.all_reduce(totals)  # counts of all ranks
+            dist.all_reduce(totals)  # 所有 rank 的计数
             correct, seen = totals.tolist()
             if rank == 0:
                 print(f"epoch {epoch}: {seen} samples, accuracy {correct / seen:.2f}, first indices {first}")
-        if rank == 0:  # one rank writes the file
+        if rank == 0:  # 只由一个 rank 写文件
             torch.save(model.module.state_dict(), args.out / "model.pt")
             print(f"rank {rank}: saved model.pt")
     finally:

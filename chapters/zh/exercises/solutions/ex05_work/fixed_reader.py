@@ -1,4 +1,4 @@
-"""Read 8 shards of 6 samples on every rank with DataLoader workers; report what was read.
+"""每个 rank 用 DataLoader 的工作进程读取 8 个分片（每片 6 个样本），报告读到了什么。
 
     torchrun --standalone --nproc_per_node=N shard_reader.py --workers W
 """
@@ -10,22 +10,22 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-SHARDS = [list(range(6 * s, 6 * s + 6)) for s in range(8)]  # shard s holds samples 6s .. 6s+5
+SHARDS = [list(range(6 * s, 6 * s + 6)) for s in range(8)]  # 分片 s 保存样本 6s .. 6s+5
 
 
 class ShardStream(IterableDataset):
-    """The samples of this consumer's shards (a consumer: one worker of one rank), shard by shard."""
+    """本消费者（某个 rank 的某个工作进程）分到的分片里的样本，一个分片接一个分片地给出。"""
 
     def __init__(self, shards: list[list[int]], *, seed: int = 0) -> None:
         self.shards, self.seed = shards, seed
 
     def __iter__(self):
         order = list(range(len(self.shards)))
-        random.Random(self.seed).shuffle(order)  # the same order in every rank and worker
+        random.Random(self.seed).shuffle(order)  # 每个 rank、每个工作进程上的顺序都相同
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         rank, world = dist.get_rank(), dist.get_world_size()
-        for shard in order[rank * workers + worker::world * workers]:  # each (rank, worker) its own shards
+        for shard in order[rank * workers + worker::world * workers]:  # 每个 (rank, worker) 各读自己的分片
             yield from self.shards[shard]
 
 

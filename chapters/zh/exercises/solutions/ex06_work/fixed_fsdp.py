@@ -1,8 +1,8 @@
-"""Train a small model with FSDP2 on N ranks, checkpoint it, continue from the checkpoint on any N.
+"""用 FSDP2 在 N 个 rank 上训练一个小模型，保存检查点，再从检查点继续训练，N 可以换。
 
     torchrun --standalone --nproc_per_node=N resume_fsdp.py --checkpoint DIR --out FILE [--resume]
 
-Writes DIR/step-3 (then DIR/step-6 when resumed from DIR/step-3) and the final weights to FILE.
+写出 DIR/step-3（从 DIR/step-3 恢复时再写 DIR/step-6），最终权重写到 FILE。
 """
 
 import argparse
@@ -26,7 +26,7 @@ def build_model() -> nn.Module:
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(1)  # the same batch on every rank
+    generator = torch.Generator().manual_seed(1)  # 每个 rank 上是同一个批次
     return torch.randn(12, 8, generator=generator), torch.randn(12, 4, generator=generator)
 
 
@@ -47,8 +47,8 @@ def main() -> None:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         first = 0
         if args.resume:
-            state = {"model": get_model_state_dict(model)}  # this world size's shards, to fill
-            dcp.load(state, checkpoint_id=args.checkpoint / "step-3")  # each rank reads the rows it holds now
+            state = {"model": get_model_state_dict(model)}  # 按当前 world size 切好的分片，等着填入
+            dcp.load(state, checkpoint_id=args.checkpoint / "step-3")  # 每个 rank 读取它现在持有的那些行
             set_model_state_dict(model, state["model"])
             first = 3
         inputs, targets = batch()
@@ -58,9 +58,9 @@ def main() -> None:
             loss.backward()
             optimizer.step()
         saved = args.checkpoint / f"step-{first + 3}"
-        dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=saved)  # all ranks, one checkpoint
+        dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=saved)  # 所有 rank 一起写同一个检查点
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if rank == 0:  # one rank writes the file
+        if rank == 0:  # 只由一个 rank 写文件
             torch.save(full, args.out)
             print(f"rank {rank}: step {first + 3}, loss {loss.item():.4f}, saved {saved.name} and {args.out.name}")
     finally:

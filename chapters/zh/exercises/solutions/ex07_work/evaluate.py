@@ -1,4 +1,4 @@
-"""Evaluate a saved classifier on the validation split of an ImageFolder, on N ranks.
+"""在 N 个 rank 上，用 ImageFolder 的验证集评估一个保存好的分类器。
 
     torchrun --standalone --nproc_per_node=N evaluate.py --data ROOT --model MODEL.pt
 """
@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 
 class FolderImages(Dataset):
-    """ROOT/<class>/<file>.png as (pixels, label): the grey values flattened, 0..1."""
+    """把 ROOT/<class>/<file>.png 读成 (pixels, label)：灰度值展平，取值 0..1。"""
 
     def __init__(self, root: Path, classes: list[str]) -> None:
         self.samples = [(path, label) for label, name in enumerate(classes)

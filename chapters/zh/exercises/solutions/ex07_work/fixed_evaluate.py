@@ -1,4 +1,4 @@
-"""Evaluate a saved classifier on the validation split of an ImageFolder, on N ranks.
+"""在 N 个 rank 上，用 ImageFolder 的验证集评估一个保存好的分类器。
 
     torchrun --standalone --nproc_per_node=N evaluate.py --data ROOT --model MODEL.pt
 """
@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 
 class FolderImages(Dataset):
-    """ROOT/<class>/<file>.png as (pixels, label): the grey values flattened, 0..1."""
+    """把 ROOT/<class>/<file>.png 读成 (pixels, label)：灰度值展平，取值 0..1。"""
 
     def __init__(self, root: Path, classes: list[str]) -> None:
         self.samples = [(path, label) for label, name in enumerate(classes)
@@ -43,11 +43,11 @@ def main() -> None:
         state = torch.load(args.model, weights_only=True)
         model = nn.Linear(state["weight"].shape[1], state["weight"].shape[0])
         model.load_state_dict(state)
-        # the model's classes are train/'s: val/ may lack one, and its labels must not shift
+        # 模型的类别取自 train/：val/ 可能缺某一类，但标签不能因此错位
         classes = sorted(entry.name for entry in (args.data / "train").iterdir() if entry.is_dir())
         dataset = FolderImages(args.data / "val", classes)
-        mine = Subset(dataset, range(rank, len(dataset), world_size))  # no padding: every image once
-        loader = DataLoader(mine, batch_size=4)  # the last, smaller batch counts too
+        mine = Subset(dataset, range(rank, len(dataset), world_size))  # 不填充：每张图片只算一次
+        loader = DataLoader(mine, batch_size=4)  # 最后那个较小的批次也要算进去
         correct = seen = 0
         with torch.no_grad():
             for pixels, labels in loader:
