@@ -9,7 +9,8 @@ the cells that hold it. The same comment in two cells of a notebook is translate
 A chapter's scripts (``chapters/scripts/<number>/*.py``, run and shown by the notebook) are the
 notebook's code too: their comments are entries of the same ``.po`` file (``#:`` names the file), and
 ``build`` writes their Chinese copies to ``chapters/zh/scripts/<number>/``, which the Chinese notebook
-runs and shows.
+runs and shows. An exercise's work files (``exercises/solutions/exNN_work/*.py``) are its scripts in the
+same way (``course.translate.script_folder``).
 
 Outputs are the English ones, except where an output *shows* this notebook's code: the outputs of a
 cell that calls ``show_diff`` (04_1's diffs of its ``ddp.py``) or ``show_file`` follow, line by line,

@@ -9,6 +9,7 @@ import nbformat
 import polib
 
 from course import code_comments, translate, translate_comments
+from course.assignments import NOT_DONE
 
 REPO = Path(__file__).resolve().parents[2]
 CELL = '''# Build the table
@@ -67,6 +68,34 @@ def test_bad_translations_are_refused():
     assert "no \"" in code_comments.format_problem(docstring, 'a "quote"')
     source = 'def f():\n    "One."\n'
     assert code_comments.rewrite(source, lambda c: "两\n行") == source  # refused: kept English
+
+
+SCRIPT = '"""Train on N ranks.\n\n    torchrun --nproc_per_node=N train.py --out DIR\n"""\n\nimport os  # the OS\n'
+
+
+def test_a_scripts_module_docstring_is_translated_keeping_its_margin():
+    """A work file's or a chapter script's usage docstring: its usage line keeps its indent, the closing quotes
+    their column; a docstring may quote JSON as long as its translation neither holds nor touches the \"\"\"."""
+    docstring, trailing = code_comments.comments(SCRIPT)
+    assert (docstring.kind, docstring.text) == ("docstring", "Train on N ranks.\n\ntorchrun --nproc_per_node=N train.py --out DIR")
+    chinese = {docstring.text: "在 N 个 rank 上训练。\n\ntorchrun --nproc_per_node=N train.py --out DIR",
+               trailing.text: "操作系统"}
+    zh = code_comments.rewrite(SCRIPT, lambda c: chinese[c.text])
+    assert zh == '"""在 N 个 rank 上训练。\n\n    torchrun --nproc_per_node=N train.py --out DIR\n"""\n\nimport os  # 操作系统\n'
+    assert code_comments.strip(zh) == code_comments.strip(SCRIPT)
+    assert code_comments.format_problem(docstring, '写 {"event": "done"}。') == ""
+    for bad in ('末尾是 "x"', '"x" 开头', '三个 """ 引号', "反斜杠 \\n"):
+        assert code_comments.format_problem(docstring, bad), bad
+
+
+def test_a_shown_files_html_follows_a_docstring_of_several_lines():
+    old, new = '"""One.\n\n    usage\n"""', '"""一。\n\n    用法\n"""'
+    span = '<span style="color: #BA2121">'
+    html = f'<pre>{span}"""One.</span>\n\n{span}    usage</span>\n{span}"""</span>\n<span>import</span>'
+    table = translate_comments.HTML_ESCAPES[1]
+    assert translate_comments._html_replace(html, old, new, table) == (
+        f'<pre>{span}"""一。</span>\n{span}</span>\n{span}    用法</span>\n{span}"""</span>\n<span>import</span>')
+    assert translate_comments._html_replace(html, '"""Two."""', '"""二。"""', table) == html
 
 
 def test_a_diff_output_follows_the_comments():
@@ -133,3 +162,23 @@ def test_every_notebook_cell_still_compiles_with_any_translation():
             compile(code_comments.python_part(zh)[1], f"{path.name} cell #{index}", "exec")
             rewritten += 1
     assert rewritten > 50
+
+
+def test_an_exercises_work_files_are_translated_and_handed_out(tmp_path, capsys):
+    """``build`` writes the Chinese work files (exNN_work/) beside the Chinese instructor source and hands them
+    out beside its student version; ``check`` fails on a handed-out file that is not what build writes."""
+    notebook = "exercises/solutions/ex04_distributed_training.ipynb"
+    chapters = tmp_path / "chapters"
+    (chapters / "zh" / "po").mkdir(parents=True)
+    shutil.copytree(REPO / "chapters" / "exercises" / "solutions" / "ex04_work",
+                    chapters / "exercises" / "solutions" / "ex04_work")
+    shutil.copy(REPO / "chapters" / notebook, chapters / notebook)
+    shutil.copy(translate.po_path(notebook, REPO / "chapters"), translate.po_path(notebook, chapters))
+    (chapters / "zh" / "TRANSLATED").write_text(notebook + "\n")
+    assert translate.main(["build", "--chapters", str(chapters)]) == 0, capsys.readouterr().err
+    solution = (chapters / "zh" / "exercises" / "solutions" / "ex04_work" / "broken_ddp.py").read_text()
+    assert solution.startswith('"""一个有三个错误的 DDP 训练脚本。')
+    handed = chapters / "zh" / "exercises" / "ex04_work" / "fixed_ddp.py"
+    assert handed.read_text() == NOT_DONE + solution  # the answer file: the broken script, its first line raising
+    handed.write_text(NOT_DONE + (chapters / "exercises" / "solutions" / "ex04_work" / "broken_ddp.py").read_text())
+    assert any("handed-out chapters/zh/exercises/ex04_work/fixed_ddp.py" in p for p in translate.check(notebook, chapters))
