@@ -2,8 +2,8 @@
 
 Every Chinese text the project ships is read here: the ``msgstr`` of ``chapters/zh/po/*.po`` (markdown cells,
 code comments, docstrings), README.zh-CN.md, TROUBLESHOOTING.zh-CN.md, ``docs/*.zh-CN.md``, GLOSSARY.md's
-Chinese, ``course/messages_zh.json``, the comments of ``chapters/zh/scripts/`` and the Chinese site's labels
-(``course/site_pages.py``). Code (fenced blocks, inline code, link targets, tags) is left out: the rules are
+Chinese, ``course/messages_zh.json``, the comments of ``chapters/zh/scripts/`` and of the exercises' work files
+(``chapters/zh/exercises/**/exNN_work/*.py``) and the Chinese site's labels (``course/site_pages.py``). Code (fenced blocks, inline code, link targets, tags) is left out: the rules are
 about the prose.
 
 The rules are tables, so that a new chapter written on another machine, or a new translator, cannot bring
@@ -15,7 +15,9 @@ the drift back, and so that each forbidden variant has a failing example below:
 - ``MAX_SENTENCE``: no sentence longer than 100 Chinese characters (``LONG_SENTENCES`` lists the ones
   written before the rule that are still long; it may only shrink: an entry that is short now fails);
 - no hard line break inside a Chinese sentence of a markdown text (the renderer joins the lines with a
-  space, which shows in Chinese).
+  space, which shows in Chinese);
+- no English comment or docstring left in a Chinese script or work file (``ENGLISH_WORDS`` words or more and
+  no Chinese): a new comment in an English script must get its ``.po`` entry translated.
 
 To fix a finding, edit the ``msgstr`` in the ``.po`` file (never the built notebook) and run
 ``python -m course.translate build``; for a doc, edit the doc.
@@ -203,9 +205,16 @@ def message_texts() -> list[Text]:
             for english, chinese in messages.items()]
 
 
+def zh_code_files() -> list[Path]:
+    """Every Python file of the Chinese edition a reader opens: ``chapters/zh/scripts/`` and the exercises' work
+    files (``exNN_work/``: beside the instructor sources and as handed out beside the student versions)."""
+    zh = REPO / "chapters" / "zh"
+    return sorted((zh / "scripts").rglob("*.py")) + sorted((zh / "exercises").rglob("ex[0-9][0-9]_work/*.py"))
+
+
 def script_texts() -> list[Text]:
     found = []
-    for path in sorted((REPO / "chapters" / "zh" / "scripts").rglob("*.py")):
+    for path in zh_code_files():
         source = path.read_text(encoding="utf-8")  # a script about FSDP may say 单元 in any comment
         for comment in code_comments.comments(source, everything=True):
             found.append(Text(path.relative_to(REPO).as_posix(), comment.text[:30], prose(comment.text), False,
@@ -269,6 +278,25 @@ def hard_breaks(text: Text) -> list[str]:
             for line, after in zip(lines, lines[1:], strict=False)
             if OPEN_END.search(line.rstrip()) and after.strip() and not BLOCK_START.match(after)
             and not line.lstrip().startswith(("|", "#"))]
+
+
+#: A comment or docstring with this many English words and no Chinese was left untranslated.
+ENGLISH_WORDS = 4
+#: An English word of a comment: letters only, maybe quoted or followed by punctuation (not ``x.y`` or ``f(x)``).
+ENGLISH_WORD = re.compile(r"[(`\"']*[A-Za-z]{2,}[)`\"',.;:!?]*")
+
+
+def english_comments(file: str, source: str) -> list[str]:
+    """The comments and docstrings of a Chinese script that are still English (markers such as ``# YOUR CODE
+    HERE`` and ``### BEGIN SOLUTION`` are never offered for translation, so never found)."""
+    found = []
+    for comment in code_comments.comments(source):  # those with a Latin word and no Chinese
+        words = [w for w in comment.text.split() if ENGLISH_WORD.fullmatch(w)]
+        if len(words) >= ENGLISH_WORDS:
+            line = source[:comment.start].count("\n") + 1
+            found.append(f"{file}: line {line}: an English {comment.kind} {comment.text.splitlines()[0][:50]!r}: "
+                         "translate its entry in chapters/zh/po/, then run `python -m course.translate build`")
+    return found
 
 
 HEADING = re.compile(r"^#.*$", re.M)
@@ -348,6 +376,18 @@ def test_a_hard_line_break_inside_a_sentence_fails():
     assert hard_breaks(Text("x.py", "c", "一行注释，\n接着一行", False)) == []
 
 
+def test_an_english_comment_or_docstring_left_in_a_chinese_script_fails():
+    script = ('"""Train a small model on N ranks.\n\n    torchrun train.py\n"""\n'
+              "import os  # the folder the checkpoints go to\n"
+              "# YOUR CODE HERE\n### BEGIN SOLUTION\nx = os.sep  # os.sep\n### END SOLUTION\n")
+    found = english_comments("chapters/zh/scripts/x/train.py", script)
+    assert [f.split(": ")[1] for f in found] == ["line 1", "line 5"], found
+    assert "an English trailing 'the folder the checkpoints go to'" in found[1]
+    chinese = script.replace("Train a small model on N ranks.", "在 N 个 rank 上训练一个小模型。").replace(
+        "the folder the checkpoints go to", "检查点写到哪个文件夹")
+    assert english_comments("chapters/zh/scripts/x/train.py", chinese) == []
+
+
 # --- The project's Chinese follows them. ---
 
 def test_every_shipped_chinese_text_is_read(texts):
@@ -356,6 +396,16 @@ def test_every_shipped_chinese_text_is_read(texts):
             "course/site_pages.py"} <= files
     assert len([f for f in files if f.endswith(".po")]) >= 20
     assert [f for f in files if f.startswith("chapters/zh/scripts/")]
+    assert [f for f in files if f.startswith("chapters/zh/exercises/solutions/ex06_work/")]
+    assert [f for f in files if f.startswith("chapters/zh/exercises/ex06_work/")]
+
+
+def test_no_english_comment_is_left_in_a_chinese_script_or_work_file():
+    files = zh_code_files()
+    assert {p.parent.name for p in files} >= {"04_1", "06_4", "ex04_work", "ex06_work", "ex07_work"}
+    found = [f for path in files if not is_pending(path.relative_to(REPO).as_posix())
+             for f in english_comments(path.relative_to(REPO).as_posix(), path.read_text(encoding="utf-8"))]
+    assert found == [], "\n".join(found)
 
 
 @pytest.mark.parametrize("rule", TERMS, ids=TERM_NAMES)
