@@ -162,6 +162,8 @@ class CustomImageDataset(Dataset):
             construction rather than in the middle of an epoch.
         max_pixels: Refuse images with more pixels (default ``PIL.Image.MAX_IMAGE_PIXELS``;
             see ``check_pixels``).
+        annotations: ``annotations_file`` as ``read_annotations`` returned it, if the caller
+            has read it already (``common.layouts``: each CSV parsed once).
 
     A file listed on several lines with one label is kept once per line (oversampling) and
     reported in a warning and ``self.duplicates``; a file listed with two different labels
@@ -181,7 +183,8 @@ class CustomImageDataset(Dataset):
                  transform: Callable | None = None, target_transform: Callable | None = None,
                  *, num_classes: int | None = None, on_bad: str = "raise",
                  check_images: bool = False, max_pixels: int | None = None,
-                 classes: Sequence[str] | None = None) -> None:
+                 classes: Sequence[str] | None = None,
+                 annotations: pd.DataFrame | None = None) -> None:
         if on_bad not in ("raise", "skip"):
             raise ValueError(f"on_bad must be 'raise' or 'skip', got {on_bad!r}")
         self.annotations_file = Path(annotations_file)
@@ -193,7 +196,7 @@ class CustomImageDataset(Dataset):
         self.max_pixels = max_pixels
         self.classes = tuple(classes) if classes is not None else None
         self._class_index = {name: i for i, name in enumerate(self.classes or ())}
-        frame = read_annotations(self.annotations_file)
+        frame = read_annotations(self.annotations_file) if annotations is None else annotations
         paths, labels, lines, skipped = [], [], [], []
         for row, (name, label) in enumerate(frame.itertuples(index=False, name=None)):
             where = f"{self.annotations_file.name} line {row + 2}"
