@@ -90,6 +90,7 @@ from common.images.check import main as check_images
 from common.images.examples import truncated_jpeg, write_messy_folder
 from common.images.listing import list_folder
 from common.images.split import main as split_images
+from common.images.splitting import link_or_copy
 from common.layouts import csv_data, folder_data, image_folder
 from common.models import create_model
 from common.readings import read_figure
@@ -138,7 +139,7 @@ shutil.rmtree(RUNS, ignore_errors=True)
 ROOT = RUNS / "data"  # the ImageFolder root every cell reads
 digits = None
 if DATA_DIR and (Path(DATA_DIR) / "train").is_dir():
-    shutil.copytree(DATA_DIR, ROOT, copy_function=os.link, symlinks=True)  # hard links
+    shutil.copytree(DATA_DIR, ROOT, copy_function=link_or_copy, symlinks=True)  # hard links
     yours, ours = (list_folder(folder / "train") for folder in (Path(DATA_DIR), ROOT))
     assert (ours.classes, len(ours.samples)) == (yours.classes, len(yours.samples))
 elif DATA_DIR:
