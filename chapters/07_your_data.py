@@ -90,6 +90,7 @@ from common.images.check import main as check_images
 from common.images.examples import truncated_jpeg, write_messy_folder
 from common.images.listing import list_folder
 from common.images.split import main as split_images
+from common.images.splitting import link_or_copy
 from common.layouts import csv_data, folder_data, image_folder
 from common.models import create_model
 from common.readings import read_figure
@@ -138,7 +139,9 @@ shutil.rmtree(RUNS, ignore_errors=True)
 ROOT = RUNS / "data"  # the ImageFolder root every cell reads
 digits = None
 if DATA_DIR and (Path(DATA_DIR) / "train").is_dir():
-    shutil.copytree(DATA_DIR, ROOT, copy_function=os.link, symlinks=True)  # hard links
+    shutil.copytree(DATA_DIR, ROOT, copy_function=link_or_copy, symlinks=True)  # hard links
+    yours, ours = (list_folder(folder / "train") for folder in (Path(DATA_DIR), ROOT))
+    assert (ours.classes, len(ours.samples)) == (yours.classes, len(yours.samples))
 elif DATA_DIR:
     with redirect_stdout(io.StringIO()) as said:
         assert split_images([DATA_DIR, "--out", str(ROOT), "--val-fraction", "0.2"]) == 0, said.getvalue()
@@ -491,7 +494,9 @@ ddp_epochs.round(3)
 
 # %%
 ddp_acc = ddp_epochs["val_acc"].iloc[-1]
-val_images = len(data.dataset("val"))
+val_images, train_images = len(data.dataset("val")), len(data.dataset("train"))
+assert start["config"]["data"] == str(ROOT) and start["classes"] == list(data.classes)
+assert start["steps_per_epoch"] == (min(SUBSET, train_images) if SUBSET else train_images) // batch_for(64)
 assert records(DDP, "epoch")[-1]["val_count"] == (min(SUBSET // 2, val_images) if SUBSET else val_images)
 print(f"DDP, 2 processes: validation accuracy {ddp_acc:.3f} on {records(DDP, 'epoch')[-1]['val_count']} "
       "images, each once (the digits reach 0.9 or more at this chapter's sizes)")

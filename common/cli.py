@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import sys
+import time
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -350,6 +352,30 @@ def one_line(message: str) -> str:
     return message
 
 
+#: Set by ``python -m common.ddp.torchrun`` for the ranks it starts: a rank's error line goes to
+#: the launcher (torchelastic's error file, ``TORCHELASTIC_ERROR_FILE``), which prints each
+#: distinct line once for the whole job, instead of every rank printing its own.
+LAUNCHER_PRINTS_ERRORS = "COMPANION_LAUNCHER_PRINTS_ERRORS"
+
+
+def error_line(line: str) -> None:
+    """Say a process's one-line error: on stderr, or to ``common.ddp.torchrun`` (see
+    ``LAUNCHER_PRINTS_ERRORS``), which prints it once for all the ranks that say the same.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file and os.environ.get(LAUNCHER_PRINTS_ERRORS) == "1":
+        try:
+            Path(error_file).parent.mkdir(parents=True, exist_ok=True)
+            Path(error_file).write_text(json.dumps({"message": line,
+                                                    "timestamp": int(time.time())}))
+            return
+        except OSError:
+            pass  # printed here instead
+    print(line, file=sys.stderr, flush=True)
+
+
 def fail(message: str, *, prog: str = "") -> int:
     """Print ``prog: error: message`` on one line to stderr; the exit status 1 of a ``main``.
 
@@ -361,5 +387,5 @@ def fail(message: str, *, prog: str = "") -> int:
     """
     name = prog or Path(sys.argv[0]).name
     message = one_line(message)  # a DataLoader worker's traceback, re-raised, is cut to its last line
-    print(f"{name}: error: {message}", file=sys.stderr, flush=True)
+    error_line(f"{name}: error: {message}")
     return 1

@@ -20,15 +20,17 @@ No torchvision at import: only the ImageFolder layout loads it, when it is read.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import os
 import unicodedata
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from common.annotations import BadSampleError, read_annotations
 from common.data import CustomImageDataset, load_rgb
@@ -73,6 +75,10 @@ class ImageData:
 
     ``named_labels``: the CSV labels are class names (else integers ``0..K-1``).
 
+    Each split is read from disk once (one listing of its folder, one parse of its CSV) and
+    kept in ``read_once``, which ``dataset`` reuses with any transform and which copies of
+    this object (``dataclasses.replace``: other pixels, another cache) share.
+
     Introduced in docs/scripts.md ("Your own images").
     """
 
@@ -84,6 +90,9 @@ class ImageData:
     named_labels: bool = False
     orientation: str = "exif"
     resize: str = "crop"
+    #: Per split: its ``FolderListing`` (ImageFolder) or its ``CustomImageDataset`` (a CSV,
+    #: without transform); ``"<split> annotations"``: a CSV already parsed for its classes.
+    read_once: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def pixels(self) -> dict[str, str]:
@@ -112,16 +121,25 @@ class ImageData:
         return "first" if self.train.csv is not None else "spread"
 
     def dataset(self, split: str, transform: Callable | None = None):
-        """The split as a Dataset of ``(image, label)``: ``CustomImageDataset`` or ``ImageFolder``."""
+        """The split as a Dataset of ``(image, label)``: ``CustomImageDataset`` or ``ImageFolder``.
+
+        The split's folder is listed, or its CSV parsed and checked, on the first call only
+        (``read_once``); each call returns a dataset of its own with ``transform``.
+        """
         files = self.split(split)
         if files.csv is None:
-            return image_folder(files.images, transform, classes=self.classes, **self.pixels)
-        if self.named_labels:
-            dataset = CustomImageDataset(files.csv, files.images, transform, classes=self.classes)
-        else:
-            dataset = CustomImageDataset(files.csv, files.images, transform,
-                                         num_classes=len(self.classes))
-        dataset.pixels = self.pixels
+            if split not in self.read_once:
+                self.read_once[split] = list_folder(files.images, classes=self.classes)
+            return image_folder(files.images, transform, classes=self.classes,
+                                listing=self.read_once[split], **self.pixels)
+        if split not in self.read_once:
+            frame = self.read_once.pop(f"{split} annotations", None)
+            size = {"classes": self.classes} if self.named_labels else {
+                "num_classes": len(self.classes)}
+            self.read_once[split] = CustomImageDataset(files.csv, files.images, annotations=frame,
+                                                       **size)
+        dataset = copy.copy(self.read_once[split])  # the index arrays shared, read-only
+        dataset.transform, dataset.pixels = transform, self.pixels
         return dataset
 
 
@@ -225,9 +243,10 @@ def shapes_data(root: Path) -> ImageData:
         classes = tuple(line.strip() for line in names.read_text().splitlines() if line.strip())
         at_least_two_classes(classes, names)
         return as_image_data(ShapesData(root, classes))
-    classes, named = csv_classes(root / "train" / "labels.csv")
+    frame = read_annotations(root / "train" / "labels.csv")
+    classes, named = csv_classes(root / "train" / "labels.csv", frame)
     return ImageData("shapes", classes, _in_folder(root, "train"), _in_folder(root, "val"),
-                     root.parent / "cache", named)
+                     root.parent / "cache", named, read_once={"train annotations": frame})
 
 
 def csv_data(train_csv: Path, train_images: Path, val_csv: Path, val_images: Path) -> ImageData:
@@ -235,10 +254,12 @@ def csv_data(train_csv: Path, train_images: Path, val_csv: Path, val_images: Pat
 
     Introduced in docs/scripts.md ("Your own images").
     """
-    classes, named = csv_classes(train_csv)
+    frame = read_annotations(train_csv)
+    classes, named = csv_classes(train_csv, frame)
     cache = train_csv.parent / "cache" / f"{train_csv.stem}-csv"
     return ImageData("csv", classes, SplitFiles(train_images, train_csv, "--train-csv"),
-                     SplitFiles(val_images, val_csv, "--val-csv"), cache, named)
+                     SplitFiles(val_images, val_csv, "--val-csv"), cache, named,
+                     read_once={"train annotations": frame})
 
 
 def folder_data(root: Path) -> ImageData:
@@ -246,11 +267,13 @@ def folder_data(root: Path) -> ImageData:
 
     Introduced in docs/scripts.md ("Your own images").
     """
-    classes = list_folder(root / "train").refuse().classes
-    at_least_two_classes(classes, root / "train")
-    return ImageData("imagefolder", classes, SplitFiles(root / "train", None, "--data train/"),
+    listing = list_folder(root / "train").refuse()
+    at_least_two_classes(listing.classes, root / "train")
+    return ImageData("imagefolder", listing.classes,
+                     SplitFiles(root / "train", None, "--data train/"),
                      SplitFiles(root / "val", None, "--data val/"),
-                     root.parent / "cache" / f"{root.name}-imagefolder")
+                     root.parent / "cache" / f"{root.name}-imagefolder",
+                     read_once={"train": listing})
 
 
 def at_least_two_classes(classes: tuple[str, ...], where: Path) -> None:
@@ -263,14 +286,15 @@ def at_least_two_classes(classes: tuple[str, ...], where: Path) -> None:
                               "needs at least 2")
 
 
-def csv_classes(csv: Path) -> tuple[tuple[str, ...], bool]:
+def csv_classes(csv: Path, frame: pd.DataFrame | None = None) -> tuple[tuple[str, ...], bool]:
     """The classes of an annotations CSV's labels, and whether the labels are names.
 
     Integer labels must be ``0..K-1`` (each used by some row); names are numbered in sorted order.
+    ``frame``: the CSV as ``read_annotations`` returned it, if already read.
 
     Introduced in docs/scripts.md ("Your own images").
     """
-    labels = read_annotations(csv).iloc[:, 1].str.strip()
+    labels = (read_annotations(csv) if frame is None else frame).iloc[:, 1].str.strip()
     if labels.str.fullmatch(r"[+-]?\d+").all():
         values = sorted({int(value) for value in labels})
         if values != list(range(len(values))):

@@ -8,12 +8,46 @@ rewritten sources with the committed ones.
 
 The rewrite keeps the cell's text and comments and replaces the right-hand side of each named
 top-level assignment; a name that the cell does not assign exactly once is refused.
+
+A value may be a :class:`WrittenFolder`: a folder the tests write for the run (chapter 7's
+``DATA_DIR``: a learner's messy folder), given to the notebook as its path.
 """
 
 from __future__ import annotations
 
 import ast
+import atexit
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+
+
+@dataclass(frozen=True)
+class WrittenFolder:
+    """A test value that is a folder: ``write(folder)`` fills it once per test process (outside
+    the repository, removed when the process ends), and the notebook gets its path, a ``str``."""
+
+    name: str
+    write: Callable[[Path], object]
+
+    def path(self) -> str:
+        folder = Path(tempfile.gettempdir()) / f"companion-{self.name}-{os.getpid()}"
+        if not folder.is_dir():
+            partial = folder.with_name(f"{folder.name}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            self.write(partial)
+            partial.rename(folder)
+            atexit.register(shutil.rmtree, folder, True)
+        return str(folder)
+
+
+def _messy_folder(folder: Path) -> None:
+    from common.images.examples import write_messy_folder
+
+    write_messy_folder(folder)
 
 #: The tag of the cell that holds the sizes.
 TAG = "parameters"
@@ -29,7 +63,8 @@ TEST_PARAMETERS: dict[str, dict[str, object]] = {
     "04_3_several_machines": {"SIZES_KIB": [256, 2048], "RATES_MBIT": [100, 1000], "REPEATS": 1},
     "06_1_fsdp_sharding": {"BENCH_STEPS": 4},
     "06_2_distributed_checkpoints": {"ASYNC_LAYERS": 2},
-    "07_your_data": {"SIZE": 16, "SUBSET": 128, "LOADER_ROUNDS": 1, "LOADER_IMAGES": 256,
+    # chapter 7 on a learner's folder: train/ and val/ of 3 classes with their junk (DATA_DIR)
+    "07_your_data": {"DATA_DIR": WrittenFolder("messy-photos", _messy_folder), "SIZE": 16, "SUBSET": 128, "LOADER_ROUNDS": 1, "LOADER_IMAGES": 256,
                      "DDP_EPOCHS": 1, "FSDP_EPOCHS": 2, "CHECKPOINT_EVERY": 2, "KILL_AT": 5},
     "06_3_compile_and_resumable_loaders": {"REPEATS": 3, "TRAIN_STEPS": 6},
 }
@@ -72,8 +107,10 @@ def _offset(lines: list[str], lineno: int, col: int) -> int:
 
 
 def test_values(path: str | Path) -> dict[str, object]:
-    """The test values of a notebook (an empty dict: the notebook runs as committed)."""
-    return TEST_PARAMETERS.get(Path(path).stem, {})
+    """The test values of a notebook (an empty dict: the notebook runs as committed); a
+    ``WrittenFolder`` is written here and given as its path."""
+    return {name: value.path() if isinstance(value, WrittenFolder) else value
+            for name, value in TEST_PARAMETERS.get(Path(path).stem, {}).items()}
 
 
 def apply_parameters(nb, path: str | Path):

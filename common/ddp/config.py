@@ -20,11 +20,10 @@ from common.cli import (
     positive,
     writable_file,
 )
-from common.images.pixels import ORIENTATIONS, RESIZES
+from common.ddp.normalization import normalize_option, resize_option
+from common.images.pixels import ORIENTATIONS
 from common.layouts import DataLayoutError, csv_flag_problems, layout_of
 from common.models import model_problem
-
-NORMALIZE = ("auto", "imagenet", "dataset")  # common.ddp.normalization
 
 
 @dataclass
@@ -61,14 +60,8 @@ class RunSettings:
                                 "Chapter 3's uint8 cache, normalized per batch (needs --no-augment)",
                                 choices=("decode", "cache"))
     image_size: int = option(64, "side of the square training images")
-    resize: str = option("crop", "how a picture becomes a square: crop (shorter side to "
-                         "--image-size, the middle cut out: a 2:1 panorama loses half); squash "
-                         "(the whole picture stretched); pad (the whole picture on black)",
-                         choices=RESIZES)
-    normalize: str = option("auto", "mean and std of the pixels: imagenet (ImageNet's, for "
-                            "pretrained --weights); dataset (the training split's own, computed "
-                            "once, stored beside the cache and in the log); auto: imagenet with "
-                            "--weights, dataset from scratch", choices=NORMALIZE)
+    resize: str = resize_option()
+    normalize: str = normalize_option()
     orientation: str = option("exif", "exif: photos turned upright as viewers show them (the EXIF "
                               "Orientation tag); raw: the pixels as stored", choices=ORIENTATIONS)
     width: int = option(16, "channels of SmallCNN's first block (--model small_cnn)")

@@ -1,4 +1,7 @@
-"""Launching ``torchrun`` as a subprocess: how notebooks and tests start multi-process work."""
+"""Launching ``torchrun`` as a subprocess: how notebooks and tests start multi-process work.
+
+(``python -m common.ddp.torchrun`` is torchrun for a terminal, a failed job in one line.)
+"""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from common.cli import one_line
+from common.cli import error_line, one_line
 from common.device import device_plan_from_env
 
 
@@ -161,21 +161,21 @@ def run_in_process_group(train: Callable[[Any, DistInfo], Any], config: Any, *,
         info = setup_distributed()
     except dist.DistNetworkError as error:
         where = f"MASTER_ADDR:MASTER_PORT {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-        print(f"rank {os.environ.get('RANK', 0)}: error: cannot make the rendezvous at {where}: "
-              f"{one_line(str(error))}", file=sys.stderr, flush=True)
+        error_line(f"rank {os.environ.get('RANK', 0)}: error: cannot make the rendezvous at "
+                   f"{where}: {one_line(str(error))}")
         return 2
     try:
         train(config, info)
     except errors as error:
-        print(f"rank {info.rank}: error: {one_line(str(error))}", file=sys.stderr, flush=True)
+        error_line(f"rank {info.rank}: error: {one_line(str(error))}")
         return 2
     except RuntimeError as error:  # dist.DistBackendError is one
         if info.world_size < 2 or not peer_failed(error):
             raise
         # Another rank stopped first (its own line says why, e.g. the file it could not read):
         # one line here too, not the collective's traceback.
-        print(f"rank {info.rank}: stopped: another rank of the job failed first (its error "
-              "says why)", file=sys.stderr, flush=True)
+        error_line(f"rank {info.rank}: stopped: another rank of the job failed first (its error "
+                   "says why)")
         return 2
     finally:
         cleanup_distributed()

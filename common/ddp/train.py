@@ -14,6 +14,9 @@ and a torchvision model with random weights (docs/scripts.md, "Your own images")
 
     python -m common.ddp.train --data DIR --model resnet18 --image-size 64
 
+``python -m common.ddp.torchrun`` takes the same arguments as ``torchrun`` and ends a failed job
+(a bad file every rank reads) in one line naming the file, without torchrun's own traceback.
+
 Several machines (run on each; see chapters/04_slurm_ddp_train.sbatch)::
 
     torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 \

@@ -64,13 +64,13 @@ class CacheConfig:
     crop_size: int = 224
 
 
-def source_fingerprint(source: Dataset, indices: Sequence[int]) -> str:
-    """sha256 over the file list (the annotations file; an ImageFolder's paths and labels) and
-    the bytes of every selected image, in order.
+def source_fingerprint(files: FileList, indices: Sequence[int]) -> str:
+    """sha256 over the file list ``files`` (``common.layouts.file_list`` of the source: the
+    annotations file; an ImageFolder's paths and labels) and the bytes of every selected image,
+    in order.
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
-    files = file_list(source)
     digest = hashlib.sha256(files.listing)
     for index in indices:
         path = Path(files.paths[index])
@@ -79,13 +79,13 @@ def source_fingerprint(source: Dataset, indices: Sequence[int]) -> str:
     return digest.hexdigest()
 
 
-def source_stats(source: Dataset, indices: Sequence[int]) -> np.ndarray:
-    """``int64 (N, 3)``: index, byte size and mtime (ns) of every selected image; one ``stat``
-    each, nothing read.
+def source_stats(files: FileList, indices: Sequence[int]) -> np.ndarray:
+    """``int64 (N, 3)``: index, byte size and mtime (ns) of every selected image of the file
+    list ``files``; one ``stat`` each, nothing read.
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
-    paths = file_list(source).paths
+    paths = files.paths
     rows = np.empty((len(indices), 3), dtype=np.int64)
     for row, index in enumerate(indices):
         info = os.stat(paths[index])
@@ -96,10 +96,10 @@ def source_stats(source: Dataset, indices: Sequence[int]) -> np.ndarray:
 class _DecodeForCache(Dataset):
     """Item ``i`` of the selection decoded to a uint8 crop (full decode: no draft)."""
 
-    def __init__(self, source: Dataset, indices: Sequence[int], config: CacheConfig) -> None:
-        paths = file_list(source).paths
-        self.paths = [str(paths[i]) for i in indices]
-        pixels = getattr(source, "pixels", {})  # --orientation, --resize (common.layouts)
+    def __init__(self, files: FileList, pixels: dict, indices: Sequence[int],
+                 config: CacheConfig) -> None:
+        self.paths = [str(files.paths[i]) for i in indices]
+        # pixels: --orientation, --resize (common.layouts)
         self.decoder = DraftPilDecoder(resize_size=config.resize_size,
                                        crop_size=config.crop_size, draft=False, **pixels)
 
@@ -186,8 +186,8 @@ def build_cache(source: Dataset, root: str | os.PathLike,
     root = _folder_root(root)
     indices = list(range(len(source))) if indices is None else [int(i) for i in indices]
     with build_lock(root):
-        return _write_cache(source, root, config, indices, num_workers=num_workers,
-                            batch_size=batch_size)
+        return _write_cache(source, file_list(source), root, config, indices,
+                            num_workers=num_workers, batch_size=batch_size)
 
 
 def build_lock(root: Path) -> FileLock:
@@ -202,14 +202,15 @@ def build_lock(root: Path) -> FileLock:
     return FileLock(root / ".build.lock")
 
 
-def _write_cache(source: Dataset, root: Path, config: CacheConfig,
+def _write_cache(source: Dataset, listed: FileList, root: Path, config: CacheConfig,
                  indices: list[int], *, num_workers: int, batch_size: int) -> ImageCache:
     started = time.perf_counter()
     shape = (len(indices), 3, config.crop_size, config.crop_size)
     manifest_path(root).unlink(missing_ok=True)  # incomplete until the manifest is back
     tmp_images = root / "images.u8.tmp"
     out = np.memmap(tmp_images, dtype=np.uint8, mode="w+", shape=shape)
-    loader = DataLoader(_DecodeForCache(source, indices, config), batch_size=batch_size,
+    decode = _DecodeForCache(listed, getattr(source, "pixels", {}), indices, config)
+    loader = DataLoader(decode, batch_size=batch_size,
                         num_workers=num_workers, collate_fn=keep_batch)
     start = 0
     for batch in loader:
@@ -218,10 +219,9 @@ def _write_cache(source: Dataset, root: Path, config: CacheConfig,
     out.flush()
     del out
     os.replace(tmp_images, root / "images.u8")
-    listed = file_list(source)
     np.save(root / "labels.npy.tmp.npy", listed.labels[indices].astype(np.int64))
     os.replace(root / "labels.npy.tmp.npy", root / "labels.npy")
-    np.save(root / "sources.npy.tmp.npy", source_stats(source, indices))
+    np.save(root / "sources.npy.tmp.npy", source_stats(listed, indices))
     os.replace(root / "sources.npy.tmp.npy", root / "sources.npy")
     files = {name: file_record(root / name, sha256=True) for name in CACHE_FILES}
     manifest = {"version": CACHE_VERSION, "config": asdict(config), "shape": list(shape),
@@ -229,7 +229,7 @@ def _write_cache(source: Dataset, root: Path, config: CacheConfig,
                 "source": {"annotations_file": listed.where,
                            "annotations_sha256": listing_sha256(listed),
                            "num_images": len(indices),
-                           "fingerprint": source_fingerprint(source, indices)},
+                           "fingerprint": source_fingerprint(listed, indices)},
                 "files": files, "build_seconds": round(time.perf_counter() - started, 3)}
     manifest["digest"] = manifest_digest(manifest)
     tmp_manifest = root / "manifest.json.tmp"
@@ -239,11 +239,12 @@ def _write_cache(source: Dataset, root: Path, config: CacheConfig,
 
 
 def stale_reason(root: str | os.PathLike, source: Dataset, config: CacheConfig,
-                 indices: Sequence[int], *, full: bool = False) -> str | None:
+                 indices: Sequence[int], *, full: bool = False,
+                 files: FileList | None = None) -> str | None:
     """Why the cache at ``root`` does not hold ``source`` under ``config`` (None if it does).
 
     ``stat`` calls only, unless ``full``: then every byte of the cache and the sources is
-    hashed and compared with the manifest.
+    hashed and compared with the manifest. ``files``: ``file_list(source)`` if already made.
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
@@ -257,14 +258,14 @@ def stale_reason(root: str | os.PathLike, source: Dataset, config: CacheConfig,
     stored = np.load(Path(root) / "sources.npy")
     if len(stored) != len(indices) or not np.array_equal(stored[:, 0], np.asarray(indices)):
         return "built from a different selection of images"
-    files = file_list(source)
+    files = file_list(source) if files is None else files
     if recorded["annotations_sha256"] != listing_sha256(files):
         return f"the {files.name} has changed"
-    changed = np.flatnonzero((source_stats(source, indices) != stored).any(axis=1))
+    changed = np.flatnonzero((source_stats(files, indices) != stored).any(axis=1))
     if len(changed):
         return (f"source image {Path(files.paths[indices[changed[0]]]).name} has changed (size "
                 f"or mtime; {len(changed)} image(s) in all)")
-    if full and recorded["fingerprint"] != source_fingerprint(source, indices):
+    if full and recorded["fingerprint"] != source_fingerprint(files, indices):
         return f"the source images of the {files.name} have changed (content)"
     return None
 
@@ -306,15 +307,16 @@ def ensure_cache(source: Dataset, root: str | os.PathLike,
         raise ValueError(f"verify must be 'stat' or 'full', got {verify!r}")
     indices = list(range(len(source))) if indices is None else [int(i) for i in indices]
     root = _folder_root(root)
+    files = file_list(source)  # made once: the check and the build read it
     with build_lock(root):  # one builder at a time; the others then find it built
-        reason = stale_reason(root, source, config, indices, full=verify == "full")
+        reason = stale_reason(root, source, config, indices, full=verify == "full", files=files)
         if reason is None:
             if verbose:
                 print(f"Cache OK at {_shown(root)}")
             return open_cache(root, check=False)  # stale_reason has just verified it
         if verbose:
             print(f"Building cache at {_shown(root)}: {reason}")
-        return _write_cache(source, root, config, indices, num_workers=num_workers,
+        return _write_cache(source, files, root, config, indices, num_workers=num_workers,
                             batch_size=32)
 
 

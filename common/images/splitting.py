@@ -56,15 +56,28 @@ def split_indices(paths: list[str], labels: list[int], classes: tuple[str, ...],
             sorted(i for u in split.val for i in units[u]))
 
 
+def link_or_copy(source: str | os.PathLike, target: str | os.PathLike) -> str:
+    """A hard link of ``source`` at ``target``, or a copy where a link cannot be made (another
+    disk, a file system without hard links); ``"link"`` or ``"copy"``. A ``copy_function`` for
+    ``shutil.copytree``.
+
+    Introduced in chapters/07_your_data.ipynb.
+    """
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+        return "link"
+    except OSError as error:
+        if error.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+    shutil.copy2(source, target)
+    return "copy"
+
+
 def _place(source: str, target: Path, mode: str) -> str:
-    target.parent.mkdir(parents=True, exist_ok=True)
     if mode == "link":
-        try:
-            os.link(source, target)
-            return "link"
-        except OSError as error:
-            if error.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-                raise
+        return link_or_copy(source, target)
+    target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(source, target)
     return "copy"
 

@@ -52,6 +52,7 @@ from common.cli import (
 from common.ddp.config import MIN_IMAGE_SIZE
 from common.ddp.config import RESUME_MAY_CHANGE as DDP_MAY_CHANGE
 from common.ddp.data import CropFlip, NormalizeCollate
+from common.ddp.normalization import normalization, normalize_option, resize_option
 from common.ddp.process_group import (
     DistInfo,
     all_reduce_sum,
@@ -67,6 +68,7 @@ from common.models import SMALL_CNN, check_input_size, create_model, load_weight
 from common.paths import default_data_root
 from common.shapes import CLASSES
 from common.shards import MANIFEST_NAME, ShardedImageDataset, ShardInfo, read_manifest
+from common.shards.pixels import SquaredFirst, shard_statistics
 from common.training import evaluate, train_one_epoch
 from common.transforms import V2EvalPreset
 
@@ -86,6 +88,8 @@ class ShardTrainConfig:
                         "builder name (resnet18, ...): random weights")
     weights: str = option("", "start from this state_dict file (local, loaded strictly)")
     image_size: int = option(64, "side of the square training images")
+    resize: str = resize_option()
+    normalize: str = normalize_option()
     batch_size: int = option(32, "batch per rank")
     num_epochs: int = option(3, "number of epochs")
     lr: float = option(3e-3, "Adam learning rate")
@@ -212,25 +216,38 @@ class CountingLoader:
             yield images, labels
 
 
-def build_loaders(config: ShardTrainConfig, info: DistInfo) -> tuple[DataLoader, DataLoader]:
-    """The train loader over this rank's shards, and the validation loader (all shards)."""
+def build_loaders(config: ShardTrainConfig, info: DistInfo, *,
+                  shards: tuple[list[ShardInfo], list[ShardInfo]] | None = None
+                  ) -> tuple[DataLoader, DataLoader]:
+    """The train loader over this rank's shards, and the validation loader (all shards).
+
+    Every picture is made square by ``--resize`` first, and normalized with ``--normalize``'s
+    mean and std (the training shards' own: ``common.shards.statistics``), as in the DDP trainer.
+    ``shards``: the two manifests' ``read_shards`` if already read.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
+    train_shards, val_shards = shards or (read_shards(config, "shards"),
+                                          read_shards(config, "val_shards"))
     size = config.image_size
+    norm = normalization(config, lambda: shard_statistics(train_shards, size, config.resize,
+                                                          Path(config.shards)))
+    norm = {"mean": norm["mean"], "std": norm["std"]}
+    eval_tf = SquaredFirst(config.resize, V2EvalPreset(resize_size=size, crop_size=size, **norm))
     # Augmented: the DDP trainer's crop and flip to uint8, the batch normalized last.
-    train_tf = (CropFlip(size, scale=(0.6, 1.0)) if config.augment
-                else V2EvalPreset(resize_size=size, crop_size=size))
+    train_tf = SquaredFirst(config.resize, CropFlip(size, scale=(0.6, 1.0))) if config.augment else eval_tf
     train_set = ShardedImageDataset(
-        read_shards(config, "shards"), train_tf,
+        train_shards, train_tf,
         buffer_size=config.buffer_size, seed=config.seed, rank=info.rank,
         world_size=info.world_size, equalize=config.equalize,
         allow_duplicate_keys=config.allow_duplicate_keys, batch_size=config.batch_size,
         seeded=True)
     val_set = ShardedImageDataset(
-        read_shards(config, "val_shards"), V2EvalPreset(resize_size=size, crop_size=size),
-        shuffle=False, rank=0, world_size=1, equalize="none",
+        val_shards, eval_tf, shuffle=False, rank=0, world_size=1, equalize="none",
         allow_duplicate_keys=config.allow_duplicate_keys)
     pin = info.device.type == "cuda"
     return (DataLoader(train_set, batch_size=config.batch_size, num_workers=config.num_workers,
-                       pin_memory=pin, collate_fn=NormalizeCollate() if config.augment else None),
+                       pin_memory=pin, collate_fn=NormalizeCollate(**norm) if config.augment else None),
             DataLoader(val_set, batch_size=2 * config.batch_size, pin_memory=pin))
 
 
@@ -311,15 +328,18 @@ def resume_line(config: ShardTrainConfig, saved_epochs: int, done: int, changed:
     return line
 
 
-def train(config: ShardTrainConfig) -> list[dict]:
+def train(config: ShardTrainConfig, *,
+          shards: tuple[list[ShardInfo], list[ShardInfo]] | None = None) -> list[dict]:
     """Run ``config``; returns one record per epoch trained (rank 0 adds validation metrics).
+
+    ``shards``: the ``--shards`` and ``--val-shards`` manifests, if ``main`` has read them.
 
     Introduced in chapters/05_sharded_datasets.ipynb.
     """
     torch.manual_seed(config.seed)  # the same initial weights on every rank
     info = setup_distributed()
     try:
-        train_loader, val_loader = build_loaders(config, info)
+        train_loader, val_loader = build_loaders(config, info, shards=shards)
         classes = shard_classes(config)
         model = build_model(config, info, train_loader.dataset.shards[0].num_classes)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
@@ -471,10 +491,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     config = parse_args(argv)
     try:
-        for name in ("shards", "val_shards"):
-            read_shards(config, name)  # before any process group or model: fail fast
+        # Before any process group or model: fail fast; read once, passed down.
+        shards = (read_shards(config, "shards"), read_shards(config, "val_shards"))
         shard_classes(config)
-        train(config)
+        train(config, shards=shards)
     except (BadSampleError, FileNotFoundError, ValueError) as error:
         return fail(str(error), prog="common.shards.train")
     return 0

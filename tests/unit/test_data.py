@@ -201,6 +201,27 @@ def test_custom_dataset_matches_imagefolder(tiny_data):
     assert np.array_equal(np.asarray(image), np.asarray(ref_image))
 
 
+def test_custom_dataset_from_folder_is_the_one_listing(tmp_path, capsys):
+    from common.images.examples import MESSY_CLASSES, write_messy_split
+    from common.images.listing import FolderError, list_folder
+
+    root = tmp_path / "train"
+    expected = write_messy_split(root, 2)
+    (root / "dog" / "loose").mkdir()
+    Image.new("RGB", (9, 9), (1, 2, 3)).save(root / "dog" / "loose" / "deeper.png")  # one down
+    dataset = CustomDataset.from_folder(root)
+    said = capsys.readouterr().out.splitlines()
+    assert len(said) == 1 and "skipped" in said[0] and "notes.txt" in said[0]  # out loud, once
+    assert dataset.classes == list(MESSY_CLASSES)  # café in NFC, though its folder is NFD
+    assert dataset.samples == list_folder(root).samples
+    relative = [os.path.relpath(path, root) for path, _ in dataset.samples]
+    assert set(expected) < set(relative) and "dog/loose/deeper.png" in relative
+    assert dict(zip(relative, dataset.labels, strict=True))["dog/loose/deeper.png"] == 1
+    os.mkfifo(root / "dog" / "pipe.jpg")
+    with pytest.raises(FolderError, match="pipe.jpg"):
+        CustomDataset.from_folder(root)
+
+
 def test_custom_dataset_get_label_and_unknown_class(tiny_data):
     files = sorted(Path(tiny_data.imagefolder_dir("train")).glob("*/*.jpg"))
     dataset = CustomDataset(files, classes=tiny_data.classes)

@@ -6,7 +6,11 @@ PNG, every size different); the oracle for the ImageFolder layout is torchvision
 
 from __future__ import annotations
 
+import io
+import os
 import shutil
+from collections import Counter
+from contextlib import redirect_stdout
 
 import pytest
 import torch
@@ -235,3 +239,43 @@ def test_a_subset_of_an_imagefolder_keeps_every_class(pets, tiny_data):
     assert sorted({data.dataset("train").targets[i] for i in kept}) == [0, 1, 2]
     assert list(as_image_data(tiny_data).subset(24, 5)) == [0, 1, 2, 3, 4]  # a CSV: as before
     assert list(data.subset(12, 0)) == list(data.subset(12, 99)) == list(range(12))
+
+
+def _counting(monkeypatch, module, name: str, calls: Counter) -> None:
+    real = getattr(module, name)
+
+    def counted(where, *args, **kwargs):  # a path, or a dataset (one key per object)
+        calls[os.fspath(where) if isinstance(where, str | os.PathLike) else id(where)] += 1
+        return real(where, *args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+
+
+@pytest.mark.parametrize("layout, pipeline", [("imagefolder", "decode"), ("csv", "decode"),
+                                              ("csv", "cache")])
+def test_a_run_lists_each_folder_once_and_parses_each_csv_once(pets, guide, tmp_path, monkeypatch,
+                                                              layout, pipeline):
+    import common.data
+    import common.fast.cache
+    import common.layouts
+    from common.ddp import trainer
+    from common.ddp.process_group import DistInfo
+
+    root = _copy(pets if layout == "imagefolder" else guide, tmp_path)
+    flags = ["--data", str(root)] if layout == "imagefolder" else csv_flags(root)
+    parsed, listed, file_lists = Counter(), Counter(), Counter()
+    for module in (common.layouts, common.data):
+        _counting(monkeypatch, module, "read_annotations", parsed)
+    _counting(monkeypatch, common.layouts, "list_folder", listed)
+    _counting(monkeypatch, common.fast.cache, "file_list", file_lists)  # keyed by the dataset
+    config = parse_config(["--tiny", *flags, "--data-pipeline", pipeline, "--no-augment",
+                           "--max-steps", "1", "--normalize", "dataset"])
+    cpu = DistInfo(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"),
+                   backend=None, initialized=False)
+    with redirect_stdout(io.StringIO()):
+        trainer.train(config, cpu)  # resolve, loaders, statistics, identity, one step
+    if layout == "imagefolder":
+        assert parsed == Counter() and sorted(listed.values()) == [1, 1], listed
+    else:
+        assert listed == Counter() and sorted(parsed.values()) == [1, 1], parsed
+    assert sorted(file_lists.values()) == ([] if pipeline == "decode" else [1, 1]), file_lists

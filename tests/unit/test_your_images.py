@@ -262,3 +262,23 @@ def test_a_collective_that_lost_its_peer_is_told_apart():
     lost = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error "
                         "[127.0.0.1]:42: Connection closed by peer")
     assert peer_failed(lost) and not peer_failed(RuntimeError("CUDA out of memory"))
+
+
+def test_link_or_copy_links_and_copies_across_disks(tmp_path, monkeypatch):
+    import errno
+
+    from common.images import splitting
+    from common.images.splitting import link_or_copy
+
+    source = tmp_path / "a.jpg"
+    source.write_bytes(b"\xff\xd8 photo")
+    assert link_or_copy(source, tmp_path / "linked" / "a.jpg") == "link"
+    assert (tmp_path / "linked" / "a.jpg").stat().st_ino == source.stat().st_ino
+
+    def other_disk(src, dst):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(splitting.os, "link", other_disk)
+    assert link_or_copy(source, tmp_path / "copied" / "a.jpg") == "copy"
+    copied = tmp_path / "copied" / "a.jpg"
+    assert copied.read_bytes() == source.read_bytes() and copied.stat().st_ino != source.stat().st_ino

@@ -1,0 +1,76 @@
+"""``torchrun`` whose failed job ends in one line per cause: it takes torchrun's own arguments.
+
+    python -m common.ddp.torchrun --standalone --nproc-per-node=2 -m common.ddp.train --data DIR
+
+When the ranks of a plain ``torchrun`` job stop on the same bad file, each rank prints its
+line, then torchrun's agent prints its log line and a ``ChildFailedError`` traceback. Here the
+ranks hand their line to this launcher instead (torchelastic's error file;
+``common.cli.LAUNCHER_PRINTS_ERRORS``), and it prints each distinct line once, naming the ranks
+that said it::
+
+    ranks 0, 1: error: cannot decode image photos/train/dog/cut.jpg: image file is truncated
+
+with exit status 1, as torchrun's. A rank that only stopped because another one failed is left
+out when another rank says why; a rank that crashed with its own traceback (printed by the rank)
+gets a line with its exit code or signal. The agent's log lines are left out; anything else that
+stops the agent (a rendezvous that times out, a bad flag) is torchrun's own message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+
+from common.cli import LAUNCHER_PRINTS_ERRORS
+
+_RANK = re.compile(r"^rank \d+: ")
+
+
+def failure_lines(failures: Mapping[int, object]) -> list[str]:
+    """One line per distinct cause of ``ChildFailedError.failures`` (global rank -> failure).
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    by_cause: dict[str, list[int]] = {}
+    for rank, failure in sorted(failures.items()):
+        said = failure.error_file_data.get("message")
+        if isinstance(said, str) and said != "<NONE>":  # the rank's own line (common.cli)
+            cause = _RANK.sub("", said)
+        elif failure.exitcode < 0:
+            cause = f"stopped by {failure.message}"
+        else:
+            cause = f"exited with code {failure.exitcode} (its output above says why)"
+        by_cause.setdefault(cause, []).append(rank)
+    causes = {cause: ranks for cause, ranks in by_cause.items()
+              if not cause.startswith("stopped: another rank")} or by_cause
+    return [f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))}: {cause}"
+            for cause, ranks in causes.items()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m common.ddp.torchrun`` (torchrun's arguments).
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    os.environ[LAUNCHER_PRINTS_ERRORS] = "1"  # the ranks inherit it
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.disable(logging.ERROR)  # the agent's "failed (exitcode: 2)": the lines below say it
+    try:
+        run(args)
+    except ChildFailedError as error:
+        for line in failure_lines(error.failures):
+            print(line, file=sys.stderr, flush=True)
+        return 1
+    finally:
+        logging.disable(logging.NOTSET)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
