@@ -95,7 +95,7 @@ def tiny_repo(tmp_path_factory) -> Path:
     # An instructor source left in the learner's folder by mistake: never published as an exercise.
     nbformat.write(executed_by_hand("Exercises 2", None, f"### BEGIN SOLUTION\n{SOLUTION}\n### END SOLUTION"),
                    root / "chapters" / "exercises" / "ex02_misplaced.ipynb")
-    # A stand-in for the Chinese edition (issue 13): one chapter, linking to the glossary.
+    # A stand-in for the Chinese edition: one chapter, linking to the glossary.
     nbformat.write(executed_by_hand("第 1 章 — 第一步", None, "print('hello')",
                                     "[术语表](../../GLOSSARY.md)\n\n本章介绍数据管道。\n\n"
                                     "![环](../figures/zh/ring.svg)"),
@@ -491,7 +491,7 @@ def test_site_in_a_real_browser(site, browser):
         server.server_close()
 
 
-# The Chinese edition's info box (issue 27): its own "**对应指南章节：**" line, in Chinese.
+# The Chinese edition's info box: its own "**对应指南章节：**" line, in Chinese.
 ZH_FIRST = ("# 第4.1章 分布式训练基础\n**对应指南章节：** 超出指南的内容（指南在 §2.3.1 处中断）；"
             "以 §2.2.1 Dataset与DataLoader类 为基础\n[术语表](../../GLOSSARY.md)\n## 本章内容\n- rank")
 

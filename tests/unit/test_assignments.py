@@ -282,7 +282,7 @@ def test_a_solution_that_is_a_whole_class_body_is_refused():
     assert "raise NotImplementedError()" in student_version(nb).cells[0].source
 
 
-# Issue 45: exercises a self-learner can finish alone.
+# Exercises a self-learner can finish alone.
 
 def _exercise_text(nb: nbformat.NotebookNode, exercise, previous: int) -> str:
     """The markdown an exercise is stated in: every markdown cell after the previous check cell up to

@@ -257,7 +257,7 @@ def test_a_benchmark_run_that_fails_is_its_rank_s_one_line(module, places, monke
 
 
 def test_a_repacked_shard_is_refused_before_a_worker_starts(places, tmp_path, capsys):
-    """Issue 30: a repacked copy of shard 0 added as another shard was read twice per epoch on
+    """A repacked copy of shard 0 added as another shard would be read twice per epoch on
     1 rank x 2 workers. The keys are checked as the dataset is built, before any DataLoader
     worker starts (a worker here would be refused: tests/unit starts no process)."""
     from tests.unit.test_shards import _repack, _with_extra_shard
