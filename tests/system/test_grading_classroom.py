@@ -72,14 +72,14 @@ def classroom(tmp_path_factory):
     nbformat.write(with_answers(source, {"ex2": _KEEPS_THE_LIST}, {}), root / "subs" / "lister" / name)
     # The instructor's own sources and the committed student versions: trusted where no sandbox works.
     config = GradingConfig(root / "subs", root / "out", repo=REPO, cell_timeout=150, trusted=not BWRAP)
-    started, start = [], judges._judge  # the submissions each judge was given
+    started, start = [], judges.run_judge  # the submissions each judge was given
 
     def judge(work, *args):
         started.append([label for label, _ in work])
         return start(work, *args)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(judges, "_judge", judge)
+        patch.setattr(judges, "run_judge", judge)
         results, _ = grade(config)
     return sources, results, started
 

@@ -390,7 +390,7 @@ def assert_no_solution_is_published(out: Path) -> None:
     page is an instructor source's, and no exercise page's text holds a line that only the solutions
     and hidden checks of its instructor source hold (the chapters share many lines with them)."""
     from course.assignments import instructor_sources
-    from tests.unit.test_assignments import _solution_lines
+    from tests.helpers import solution_lines
 
     for path in (p for p in out.rglob("*") if p.is_file() and p.suffix in (".html", ".ipynb", ".py", ".js", ".txt")):
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -400,7 +400,7 @@ def assert_no_solution_is_published(out: Path) -> None:
         sources = instructor_sources(folder / "exercises" / "solutions")
         assert sources
         for source in sources:
-            secret = _solution_lines(nbformat.read(source, as_version=4))
+            secret = solution_lines(nbformat.read(source, as_version=4))
             page = out / edition / "chapters" / "exercises" / source.with_suffix(".html").name
             lines = {line.strip() for line in unescape(re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8"))).splitlines()}
             assert len(secret) > 10 and not secret & lines, f"{page.relative_to(out)}: {sorted(secret & lines)[:3]}"
