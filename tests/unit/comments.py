@@ -15,8 +15,8 @@ import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
-#: The folders of Python code whose comments are read (every ``.py`` below them).
-FOLDERS = ("common", "course", "data_scripts", "tests", ".ci")
+#: Folders of Python code besides the top-level packages (every ``.py`` below them is read).
+SCRIPTS = ("data_scripts", ".ci")
 #: Files whose ``#`` lines are comments: the Makefile, shell scripts, workflows.
 HASH_FILES = ("Makefile", ".ci/run", "chapters/*.sbatch", ".github/workflows/*.yml")
 
@@ -46,9 +46,10 @@ def chapter_scripts(root: Path) -> list[Path]:
 
 
 def python_files(root: Path) -> list[Path]:
-    """Every Python file whose comments are read: ``FOLDERS`` and the chapters' scripts."""
-    return [path for folder in FOLDERS for path in sorted((root / folder).rglob("*.py"))] \
-        + chapter_scripts(root)
+    """Every Python file whose comments are read: the top-level packages (a folder with an
+    ``__init__.py``), ``SCRIPTS`` and the chapters' scripts."""
+    folders = [init.parent for init in sorted(root.glob("*/__init__.py"))] + [root / s for s in SCRIPTS]
+    return [path for folder in folders for path in sorted(folder.rglob("*.py"))] + chapter_scripts(root)
 
 
 def _docstrings(tree: ast.AST) -> Iterator[tuple[int, str]]:

@@ -19,9 +19,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: The folders of the project's modules: their public definitions must be used, their private
-#: names stay home. ``tests/fixtures`` holds students' submissions, not the project's code.
-FOLDERS = ("common", "course", "data_scripts", "tests")
+#: Folders of the project's code besides its packages (``code_folders``).
+SCRIPTS = ("data_scripts",)
+#: ``tests/fixtures`` holds students' submissions, not the project's code.
 SKIPPED = ("tests/fixtures",)
 #: Pytest finds these by name: tests, test classes, hooks.
 PYTEST_NAMES = re.compile(r"^(test_|Test|pytest_|setup_module$|teardown_module$)")
@@ -35,9 +35,17 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def code_folders(root: Path) -> list[str]:
+    """The folders of the project's modules, as the tree has them: every top-level package (a folder
+    with an ``__init__.py``: ``common``, ``course``, ``tests``, and any added) and ``SCRIPTS``."""
+    packages = [init.parent.name for init in sorted(root.glob("*/__init__.py"))]
+    return packages + [folder for folder in SCRIPTS if (root / folder).is_dir()]
+
+
 def project_modules(root: Path) -> dict[str, Path]:
-    """The project's modules under ``FOLDERS`` (``SKIPPED`` left out), by dotted name."""
-    return {module_name(root, path): path for folder in FOLDERS
+    """The project's modules under ``code_folders`` (``SKIPPED`` left out), by dotted name: their
+    public definitions must be used, their private names stay home."""
+    return {module_name(root, path): path for folder in code_folders(root)
             for path in sorted((root / folder).rglob("*.py"))
             if not any(path.relative_to(root).as_posix().startswith(f"{s}/") for s in SKIPPED)}
 
@@ -185,7 +193,11 @@ def _fixture(node: ast.AST) -> str:
 
 def dead(root: Path, allowed: dict[str, str]) -> list[str]:
     """``"module.name"`` of each public top-level function or class of the project that nothing
-    uses but itself; ``allowed`` maps such names to why they stay."""
+    uses but itself; ``allowed`` maps such names to why they stay.
+
+    Uses are matched by name alone: a use of the same name anywhere keeps a definition (the scan
+    may miss dead code, never call live code dead).
+    """
     modules, used = project_modules(root), all_uses(root)
     parameters = set().union(*(read(path).parameters for name, path in modules.items()
                                if name.split(".")[0] == "tests"))
@@ -210,13 +222,13 @@ def _module_aliases(reading: Reading, modules: set[str]) -> dict[str, str]:
         for alias in node.names:
             if isinstance(node, ast.Import):
                 name = alias.name if alias.asname else alias.name.split(".")[0]
-            elif node.level == 0 and f"{node.module}.{alias.name}" in modules:
-                name = f"{node.module}.{alias.name}"
+                local = alias.asname or name
+            elif node.level == 0:
+                name, local = f"{node.module}.{alias.name}", alias.asname or alias.name
             else:
                 continue
             if name in modules:
-                aliases[alias.asname or name.split(".")[0] if isinstance(node, ast.Import) else
-                        alias.asname or alias.name] = name
+                aliases[local] = name
     return aliases
 
 

@@ -37,6 +37,7 @@ def _fake(root: Path) -> None:
                        "def f():\n    \"\"\"What f did previously.\"\"\"\n"
                        "    # 65535 -> 255, and 2 -> 3 ranks: what the code does\n"
                        "    return 1  # it used to return 2\n",
+        "common/__init__.py": "", "tests/__init__.py": "",
         "tests/test_t.py": "# the old checks let this through\n# kept: issue 7 must be named here\n",
         "chapters/scripts/s.py": "# now runs on 4 ranks instead of 2\n",
         "chapters/n.py": "# a twin's prose: issue 9\n", "chapters/n.ipynb": "{}",
