@@ -36,8 +36,8 @@ NBVAL_NOTEBOOKS := $(filter-out $(WHEEL_CHAPTERS),$(sort $(wildcard chapters/*.i
 TEST_RUN = $(NETGUARD) $(BIN)/python -m pytest tests $(NBVAL_NOTEBOOKS) --nbval-lax \
 	--nbval-current-env --nbval-cell-timeout=180 --timeout=300 -p no:cacheprovider -q -rs $(PYTEST_PARALLEL)
 # Three pytest workers on two cores: many tests wait (a rendezvous, a timeout being hit, a browser, a
-# rank's step delay), and a third worker keeps both cores busy meanwhile (make test: 514 -> 414 s here,
-# 80 -> 90 % of both cores). --dist loadfile keeps all cells of a notebook in one kernel, in order.
+# rank's step delay), and a third worker keeps both cores busy meanwhile (two would leave them idle
+# through every wait). --dist loadfile keeps all cells of a notebook in one kernel, in order.
 PYTEST_PARALLEL ?= -n 3 --dist loadfile
 # make check's unit tier waits for nothing: one worker per core.
 CHECK_PARALLEL ?= -n 2 --dist loadfile

@@ -246,6 +246,17 @@ class CustomImageDataset(Dataset):
         """All labels, in index order (a read-only view)."""
         return readonly_view(self._labels)
 
+    @property
+    def paths(self) -> np.ndarray:
+        """All image files, in index order: one NumPy string array (a read-only view), which
+        pickles to a DataLoader worker as one buffer rather than a list of objects."""
+        return readonly_view(self._paths)
+
+    @property
+    def lines(self) -> np.ndarray:
+        """The CSV line of each sample, in index order (a read-only view): what errors name."""
+        return readonly_view(self._lines)
+
     def path(self, idx: int) -> Path:
         """The image file of sample ``idx``."""
         return Path(self._paths[idx])

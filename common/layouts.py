@@ -397,7 +397,7 @@ def file_list(dataset) -> FileList:
         extra = (b"\0classes\0" + "\n".join(dataset.classes).encode()
                  if dataset.classes is not None else b"") + _pixels_bytes(dataset)
         # The dataset's own string array: 15,360 pathlib.Path objects cost more than the stats.
-        return FileList(f"annotations file {csv.name}", str(csv), dataset._paths,
+        return FileList(f"annotations file {csv.name}", str(csv), dataset.paths,
                         dataset.labels, csv, extra)
     root = Path(dataset.root)
     rows = [f"{os.path.relpath(path, root)}\t{label}" for path, label in dataset.samples]

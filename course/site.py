@@ -144,7 +144,7 @@ def _refuse_foreign_work(work: Path) -> None:
                               "written by course.site; pick another --out or empty it")
 
 
-def _prepare_work(work: Path) -> None:
+def prepare_work(work: Path) -> None:
     """The staging folder: created and stamped, or reused if stamped; a stranger's is refused."""
     _refuse_foreign_work(work)
     work.mkdir(parents=True, exist_ok=True)
@@ -236,7 +236,7 @@ def build_site(root: Path, out: Path, *, with_solutions: bool = False,
     warnings += zh_warnings
     _refuse_foreign_work(work)  # before --out is touched
     _prepare_out(out)
-    _prepare_work(work)
+    prepare_work(work)
     _load_sphinx()
     jobs = []
     for edition, chapters in editions:

@@ -55,11 +55,13 @@ def bubblewrap_missing() -> str | None:
     Probed, not assumed (course.grading.sandbox.choose_sandbox starts ``bwrap ... true``): bwrap may be
     installed and still refused its user namespaces (Ubuntu 24.04's AppArmor, a container's seccomp).
     """
-    return _bubblewrap_missing(shutil.which("bwrap"))
+    return probe_bubblewrap(shutil.which("bwrap"))
 
 
 @functools.cache
-def _bubblewrap_missing(bwrap: str | None) -> str | None:  # one probe per bwrap found, per process
+def probe_bubblewrap(bwrap: str | None) -> str | None:
+    """Why the grading sandbox cannot start with ``bwrap`` (None if it can): probed once per bwrap
+    found, per process."""
     from course.grading.sandbox import choose_sandbox
 
     kind, why = choose_sandbox("auto")

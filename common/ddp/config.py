@@ -18,7 +18,6 @@ from common.cli import (
     option,
     parse_dataclass_args,
     positive,
-    writable_file,
 )
 from common.ddp.normalization import normalize_option, resize_option
 from common.images.pixels import ORIENTATIONS
@@ -164,14 +163,6 @@ def pipeline_problem(config) -> dict[str, str]:
     if config.data_pipeline == "cache" and config.augment:
         return {"data_pipeline": "cache stores eval crops (decoded once): add --no-augment"}
     return {}
-
-
-def unwritable(path: str) -> str:
-    """Why a file cannot be written at ``path`` (``""`` if it can): ``common.cli.writable_file``.
-
-    Introduced in chapters/04_2_ddp_training.ipynb.
-    """
-    return writable_file(path)
 
 
 def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:

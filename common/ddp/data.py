@@ -162,7 +162,12 @@ def cached_split(data: ImageData | ShapesData, split: str, size: int,
     return CachedSamples(CachedImageDataset(cache.root, check=False))
 
 
-def _datasets(config: RunSettings, data: ImageData) -> tuple[Dataset, Dataset, object, object]:
+def build_datasets(config: RunSettings, data: ImageData) -> tuple[Dataset, Dataset, object, object]:
+    """The training and validation sets of ``--data-pipeline`` and their collates:
+    ``(train_set, val_set, collate, val_collate)`` (a collate is None where the default does).
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
     size = config.image_size
     stats = run_statistics(config, data)  # --normalize: ImageNet's or the training split's own
     norm = {"mean": stats["mean"], "std": stats["std"]}
@@ -208,7 +213,7 @@ def build_loaders(config: RunSettings, info: DistInfo, data: ImageData | ShapesD
     if rest or per_rank == 0:
         raise ValueError(f"--batch-size {config.batch_size} must be a multiple of world_size "
                          f"({info.world_size}) x --grad-accum ({config.grad_accum})")
-    train_set, val_set, collate, val_collate = _datasets(config, as_image_data(data))
+    train_set, val_set, collate, val_collate = build_datasets(config, as_image_data(data))
     # drop_last: every optimizer step sees exactly batch_size samples, on any number of ranks.
     sampler = ResumableDistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank,
                                           shuffle=True, seed=config.seed, drop_last=True)

@@ -30,7 +30,6 @@ _WHERE = {
     "NormalizedLoader": "common.fast.pipeline",
     "TorchvisionDecoder": "common.fast.pipeline",
     "Uint8EvalDataset": "common.fast.pipeline",
-    "build_cache": "common.fast.cache",
     "ensure_cache": "common.fast.cache",
     "make_decoder": "common.fast.pipeline",
     "make_fast_loader": "common.fast.pipeline",

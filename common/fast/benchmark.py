@@ -197,7 +197,7 @@ def build_pipelines(config: BenchConfig, data: ShapesData) -> tuple[dict[tuple[s
     # A plain in-RAM array, not the memmap; at most LIMIT_IMAGES, since a throughput ceiling
     # needs no more (and 15,360 crops would be 2.3 GB).
     count = min(len(cached), LIMIT_IMAGES)
-    in_memory = torch.from_numpy(cached._array()[:count].copy())
+    in_memory = torch.from_numpy(cached.array()[:count].copy())
     pipelines[LIMIT, 0] = NormalizedLoader(
         MemoryBatches(in_memory, torch.from_numpy(cached.labels[:count].copy()),
                       batch_size=config.batch_size),

@@ -7,7 +7,7 @@ Layout of a cache folder::
     sources.npy     int64 (N, 3): each cached image's source index, byte size and mtime (ns)
     manifest.json   format version, config, shape and dtype, what the cache was built from,
                     the size, mtime and sha256 of every file, the build time, its own digest
-    .build.lock     the lock a build holds (``ensure_cache``, ``build_cache``)
+    .build.lock     the lock a build holds (``ensure_cache``)
 
 What is checked, and when: ``common.fast.cache_files`` (``verify_cache``). The source is a
 ``CustomImageDataset`` or an ``ImageFolder`` (``common.layouts.file_list``): its file list (the
@@ -171,25 +171,6 @@ def _folder_root(root: str | os.PathLike) -> Path:
     return root
 
 
-def build_cache(source: Dataset, root: str | os.PathLike,
-                config: CacheConfig = CacheConfig(), *, indices: Sequence[int] | None = None,
-                num_workers: int = 0, batch_size: int = 32) -> ImageCache:
-    """Decode, resize and crop every selected image once and write the cache at ``root``.
-
-    The manifest records how long the build took (``build_seconds``), so the benchmark can
-    say after how many epochs the cache has paid for itself.
-
-    Holds the cache's build lock (``build_lock``) while it writes.
-
-    Introduced in chapters/03_1_efficient_pipelines.ipynb.
-    """
-    root = _folder_root(root)
-    indices = list(range(len(source))) if indices is None else [int(i) for i in indices]
-    with build_lock(root):
-        return _write_cache(source, file_list(source), root, config, indices,
-                            num_workers=num_workers, batch_size=batch_size)
-
-
 def build_lock(root: Path) -> FileLock:
     """The lock every build of the cache at ``root`` holds: ``root/.build.lock`` (created).
 
@@ -350,7 +331,11 @@ class CachedImageDataset(Dataset):
         """All labels, in index order (a read-only view)."""
         return readonly_view(self._labels)
 
-    def _array(self) -> np.ndarray:
+    def array(self) -> np.ndarray:
+        """All crops, uint8 ``(N, 3, H, W)``: the cache's memmap (opened again after pickling).
+
+        Introduced in chapters/03_1_efficient_pipelines.ipynb.
+        """
         if self._images is None:
             self._images = _memmap(self.root, self.shape)
         return self._images
@@ -359,7 +344,7 @@ class CachedImageDataset(Dataset):
         return len(self._labels)
 
     def __getitem__(self, idx: int) -> tuple[torch.Tensor, int]:
-        image = torch.from_numpy(np.array(self._array()[idx]))
+        image = torch.from_numpy(np.array(self.array()[idx]))
         if self.transform is not None:
             image = self.transform(image)
         return image, int(self._labels[idx])
@@ -369,5 +354,5 @@ class CachedImageDataset(Dataset):
         labels = torch.from_numpy(self._labels[order])
         if self.transform is not None:
             return torch.stack([self[int(i)][0] for i in order]), labels
-        return torch.from_numpy(self._array()[order]), labels
+        return torch.from_numpy(self.array()[order]), labels
 

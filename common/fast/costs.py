@@ -60,7 +60,11 @@ def epochs_curve(table: pd.DataFrame, payoff: dict, epochs: Sequence[float]) -> 
     return pd.DataFrame(rows).set_index("epochs")
 
 
-def _agrees(out: torch.Tensor, expected: torch.Tensor) -> bool:
+def agrees(out: torch.Tensor, expected: torch.Tensor) -> bool:
+    """A formulation's batch is the normalized batch, to float32 rounding.
+
+    Introduced in chapters/03_1_efficient_pipelines.ipynb.
+    """
     return torch.allclose(out, expected, atol=1e-5)
 
 
@@ -90,7 +94,7 @@ def formulations(images: torch.Tensor, *, repeats: int = 7, batch_size: int = 32
     batches = [images[i:i + batch_size] for i in range(0, len(images), batch_size)]
     for name, fn in candidates.items():  # also the warm-up pass
         for k, batch in enumerate(batches):
-            if not _agrees(fn(batch, k), normalize(batch)):
+            if not agrees(fn(batch, k), normalize(batch)):
                 raise AssertionError(f"{name} does not give the normalized batch {k}")
     speeds: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(repeats):

@@ -191,12 +191,12 @@ class Uint8EvalDataset(CustomImageDataset):
         self.decoder = make_decoder(decoder, resize_size=resize_size, crop_size=crop_size)
 
     def __getitem__(self, idx: int) -> tuple[torch.Tensor, int]:
-        where = f"{self.annotations_file.name} line {self._lines[idx]}"
-        return self.decoder(self._paths[idx], where=where), int(self._labels[idx])
+        where = f"{self.annotations_file.name} line {self.lines[idx]}"
+        return self.decoder(self.paths[idx], where=where), int(self.labels[idx])
 
     def __getitems__(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
         images = torch.stack([self[i][0] for i in indices])
-        return images, torch.from_numpy(self._labels[np.asarray(indices)])
+        return images, torch.from_numpy(self.labels[np.asarray(indices)])
 
 
 def keep_batch(batch):
@@ -374,8 +374,8 @@ class CacheLoader:
         return len(self.batch_sampler)
 
     def __iter__(self):
-        rows = torch.from_numpy(self.dataset._array())  # a view of the memmap, no copy
-        labels = torch.from_numpy(self.dataset._labels)  # ours: writable, never written
+        rows = torch.from_numpy(self.dataset.array())  # a view of the memmap, no copy
+        labels = torch.tensor(self.dataset.labels)  # a copy: the dataset's view is read-only
         scale, shift = self.normalize.constants(torch.device("cpu"))
         scale, shift = scale[0], shift[0]
         for indices in self.batch_sampler:

@@ -43,10 +43,10 @@ from common.shards.format import (
     ShardError,
     ShardInfo,
     ShardRecord,
-    _records,
     decode_image,
     read_manifest,
     read_shard,
+    sample_records,
     verify_shards,
 )
 from common.shards.keys import check_unique_keys
@@ -373,7 +373,7 @@ class ShardedImageDataset(IterableDataset):
             for member in members:
                 handle.seek(member.offset_data)
                 data.append((member, handle.read(member.size)))
-        return next(_records(info.path, iter(data), info.num_classes))
+        return next(sample_records(info.path, iter(data), info.num_classes))
 
     def _resumed_records(self, plan: list[list], worker: int,
                          num_workers: int) -> Iterator[ShardRecord]:

@@ -291,8 +291,16 @@ def _parse_label(text: bytes, where: str, num_classes: int | None) -> int:
     return label
 
 
-def _records(path: Path, members: Iterator[tuple[tarfile.TarInfo, bytes]],
-             num_classes: int | None) -> Iterator[ShardRecord]:
+def sample_records(path: Path, members: Iterator[tuple[tarfile.TarInfo, bytes]],
+                   num_classes: int | None) -> Iterator[ShardRecord]:
+    """The samples of a stream of tar members ``(member, bytes)``: one image and one ``.cls`` per key.
+
+    Raises:
+        ShardError: Naming the shard and member, for an unsafe member, an incomplete or repeated
+            sample, or a label out of range.
+
+    Introduced in chapters/05_sharded_datasets.ipynb.
+    """
     key, fields, seen = None, {}, set()
     for member, data in itertools.chain(members, [(None, b"")]):
         sample_key, extension = _check_member(path, member) if member else (None, "")
@@ -359,7 +367,7 @@ def read_shard(path: str | os.PathLike, *, expected: int | None = None,
 
     count = 0
     try:
-        for record in _records(path, members(), num_classes):
+        for record in sample_records(path, members(), num_classes):
             count += 1
             yield record
     except (tarfile.TarError, EOFError, OSError) as error:

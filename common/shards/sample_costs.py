@@ -76,12 +76,12 @@ def _examples(data, size: int, count: int):
 
 def _trainer(data, config: SampleCostConfig, *flags: str):
     from common.ddp.config import parse_config
-    from common.ddp.data import _datasets
+    from common.ddp.data import build_datasets
     from common.layouts import as_image_data
 
     settings = parse_config(["--data", str(data.root), "--image-size", str(config.image_size),
                              "--subset", str(config.num_images), *flags])
-    train, _val, collate, *_ = _datasets(settings, as_image_data(data))
+    train, _val, collate, *_ = build_datasets(settings, as_image_data(data))
     return train, collate
 
 

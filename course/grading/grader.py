@@ -148,7 +148,7 @@ def _runs(batch: list[Prepared], config: GradingConfig, sandbox: str, guard: Fil
         return runs
 
 
-def _guard(config: GradingConfig) -> FileGuard:
+def file_guard(config: GradingConfig) -> FileGuard:
     """Every file of the repository (new ones too), the submissions, and what Python imports at start."""
     roots = [(config.repo, ("*",)), (config.repo / ".git" / "hooks", ("*",)), (config.repo / ".git", ("config",), 0),
              (config.submissions, ("*",))]
@@ -176,7 +176,7 @@ def grade(config: GradingConfig) -> tuple[list[Result], dict]:
         print(f"WARNING: {why}", file=sys.stderr, flush=True)
     # Under bubblewrap the repository and site-packages are read-only to the student: a change
     # there comes from outside (a maintainer's edit) and must be neither blamed nor undone.
-    guard = _guard(config) if sandbox != "bwrap" else None
+    guard = file_guard(config) if sandbox != "bwrap" else None
     subordinate, who = own_uids(config, sandbox)
     found = find_submissions(config, list(sources))
     prepared: list[Prepared | list[Result]] = []

@@ -233,8 +233,8 @@ def setup_imports(requests: list[dict]) -> list[str]:
 Work = tuple[Hashable, list[dict]]
 
 
-def _judge(work: list[Work], tmp: Path, config: GradingConfig, sandbox: str, uid: JudgeUid | None,
-           guard: FileGuard | None, runs: dict[Hashable, Run]) -> list[Work]:
+def run_judge(work: list[Work], tmp: Path, config: GradingConfig, sandbox: str, uid: JudgeUid | None,
+              guard: FileGuard | None, runs: dict[Hashable, Run]) -> list[Work]:
     """Send each submission's requests to one judge until done or it stops; returns the work left."""
     inside = WORKDIR if sandbox == "bwrap" else tmp / "work"
     cgroups = Cgroups.create(config.memory_mb, config.processes)
@@ -352,7 +352,7 @@ def run_notebooks(work: list[Work], config: GradingConfig, sandbox: str, guard: 
         with tempfile.TemporaryDirectory(prefix=f"grade-{name}-") as tmp:
             if sandbox != "bwrap":  # the sandbox's working copy is a tmpfs of its own
                 _workdir(Path(tmp), uid)
-            left = _judge(left, Path(tmp), config, sandbox, uid, guard, runs)
+            left = run_judge(left, Path(tmp), config, sandbox, uid, guard, runs)
     return runs
 
 

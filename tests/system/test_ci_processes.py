@@ -1,4 +1,4 @@
-""".ci/run as a process: a failed `make system-deps` fails CI before any test runs (issue 43)."""
+""".ci/run as a process: a failed `make system-deps` fails CI before any test runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A submission cannot take the grader down (issue 29, class 4): fast checks of each defence.
+"""A submission cannot take the grader down: fast checks of each defence.
 
 The same attacks graded end to end are ``h10_take_down``, ``h11_fifo`` and the non-UTF-8
 folder name in tests/test_grading.py.

@@ -43,7 +43,7 @@ CELL_TIMEOUT = 6
 #: bwrap works, one without a sandbox and with ``--trusted`` (where only the file guard stands
 #: between eve and the instructor's files). The hostile students (tests/fixtures/submissions/
 #: hostile.py, and links) and after them an honest student, who must get full marks whatever they
-#: did, are graded in the sandbox only: untrusted input is graded there (issue 28), and grading
+#: did, are graded in the sandbox only: untrusted input is graded there, and grading
 #: without it is for trusted input. The unsandboxed grader takes the honest and broken fixtures,
 #: dave's timeout and second run, eve and h4_files (whose file changes it must detect and undo).
 ATTACKERS = (*HOSTILE, "h5_symlink", "h6_hardlink", "h11_fifo")
@@ -224,7 +224,7 @@ def test_failure_messages_say_what_went_wrong(graded):
 
 @pytest.mark.slow
 def test_a_chinese_students_feedback_is_chinese_and_the_report_stays_english(graded):
-    """Issue 27: the language comes from the submission's metadata (course/messages.py), the
+    """The language comes from the submission's metadata (course/messages.py), the
     feedback's markdown from chapters/zh/exercises/ (the student version the student worked in);
     grades.csv is the instructor's, in English."""
     rows = [r for r in graded["results"] if r.student == CHINESE_STUDENT]
@@ -326,7 +326,7 @@ def test_forgeries_from_inside_calls_earn_nothing_and_the_hidden_checks_stay_out
 
 @pytest.mark.slow
 def test_objects_that_answer_torch_and_numpy_protocols_earn_nothing_and_crash_nothing(graded):
-    """Class 1 of issue 29: a handle forwarded ``__torch_function__``, ``__array_interface__``..."""
+    """Data only crosses to the checker: a handle forwarded ``__torch_function__``, ``__array_interface__``..."""
     rows = [_row(graded["results"], "h9_data_only", k) for k in ("ex1", "ex2", "ex3", "ex4", "ex5")]
     assert [r.points for r in rows] == [0, 0, 0, 0, 2], rows
     for row in rows[:4]:
@@ -339,7 +339,7 @@ def test_objects_that_answer_torch_and_numpy_protocols_earn_nothing_and_crash_no
 
 @pytest.mark.slow
 def test_a_submission_cannot_take_the_grader_or_the_report_down(graded):
-    """Class 4 of issue 29: a 100,000-deep cell, an oversized cell, escapes and surrogates, a FIFO,
+    """A 100,000-deep cell, an oversized cell, escapes and surrogates, a FIFO,
     a folder name that is not UTF-8. Each costs its own exercise at most; the report stays whole."""
     results = graded["results"]
     rows = [_row(results, "h10_take_down", k) for k in ("ex1", "ex2", "ex3", "ex4", "ex5")]
@@ -448,7 +448,7 @@ def test_trusted_grading_without_the_sandbox_says_so(tmp_path, capsys):
 
 def test_what_an_answer_rebound_in_its_own_process_is_recorded_not_scored():
     """An honest answer whose libraries rebind names as they load (``torch._dynamo`` wraps
-    ``torch.manual_seed``) used to score zero: the record protects nothing, so it costs nothing."""
+    ``torch.manual_seed``) keeps its points: the record protects nothing, so it costs nothing."""
     exercise = exercises_of(nbformat.read(solutions_dir() / NAME, as_version=4))[0]
     reply = {"op": "result", "key": exercise.key, "answer_error": None, "check_error": None,
              "tampered": [], "rebound": ["torch.manual_seed"]}

@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 BWRAP = choose_sandbox("auto")[0] == "bwrap"
 
 
-#: ex03 Exercise 2, passed by the old checks: its instance holds only the two arrays (what
-#: ``vars(ds)`` shows), but it serves the samples from a list kept on the class.
+#: ex03 Exercise 2 answered by a dataset whose instance holds only the two arrays (what ``vars(ds)``
+#: shows) but serves the samples from a list kept on the class: a check of ``vars`` alone passes it.
 _KEEPS_THE_LIST = '''class CompactDataset(Dataset):
     kept = {}
 
@@ -72,14 +72,14 @@ def classroom(tmp_path_factory):
     nbformat.write(with_answers(source, {"ex2": _KEEPS_THE_LIST}, {}), root / "subs" / "lister" / name)
     # The instructor's own sources and the committed student versions: trusted where no sandbox works.
     config = GradingConfig(root / "subs", root / "out", repo=REPO, cell_timeout=150, trusted=not BWRAP)
-    started, start = [], judges._judge  # the submissions each judge was given
+    started, start = [], judges.run_judge  # the submissions each judge was given
 
     def judge(work, *args):
         started.append([label for label, _ in work])
         return start(work, *args)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(judges, "_judge", judge)
+        patch.setattr(judges, "run_judge", judge)
         results, _ = grade(config)
     return sources, results, started
 
@@ -120,7 +120,7 @@ def test_the_student_versions_score_zero_as_not_attempted(classroom):
 @pytest.mark.slow
 @pytest.mark.timeout(CLASSROOM_TIMEOUT)
 def test_a_dataset_that_serves_a_kept_list_fails_the_compact_index_exercise(classroom):
-    """Issue 29: ex03 Exercise 2 is checked by what its arrays mean, not by what vars() shows."""
+    """ex03 Exercise 2 is checked by what its arrays mean, not by what vars() shows."""
     _, results, _ = classroom
     rows = {r.exercise.rsplit("/", 1)[1]: r for r in results if r.student == "lister"}
     assert rows["ex2"].points == 0 and "must be the length of self.labels" in rows["ex2"].message, rows["ex2"]

@@ -1,4 +1,4 @@
-"""Limits per exercise and a sandbox from an allow-list, under a uid of its own (issue 29, class 3).
+"""Limits per exercise and a sandbox from an allow-list, under a uid of its own.
 
 One grader run as root (bubblewrap; cgroups where this machine gives them): ``h13_limits`` goes far
 over the exercise's memory, disk, processes and ``/dev/shm`` while staying under every per-process

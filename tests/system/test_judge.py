@@ -262,8 +262,8 @@ def test_one_judge_grades_the_submissions_in_turn_and_sabotage_costs_only_its_au
     or kills its template leaves its own points as they are and the next submission is graded on a
     fresh judge, in full."""
     judges_started = []
-    start = judges._judge
-    monkeypatch.setattr(judges, "_judge", lambda work, *a: judges_started.append(len(work)) or start(work, *a))
+    start = judges.run_judge
+    monkeypatch.setattr(judges, "run_judge", lambda work, *a: judges_started.append(len(work)) or start(work, *a))
     setup = {"op": "setup", "index": 0, "code": "seen = []"}
     writes = {"op": "setup", "index": 0, "code": "from pathlib import Path\nseen = []\n"
               "Path('left-by-p').mkdir()\nPath('left-by-p/setup.txt').write_text('p')"}

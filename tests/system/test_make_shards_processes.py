@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from tests.unit.test_make_shards import SCRIPT, _load_script
+from tests.helpers import MAKE_SHARDS as SCRIPT
+from tests.helpers import load_make_shards
 
 
 def test_cli_runs_and_checks_its_arguments(tiny_data, tmp_path):
@@ -17,4 +18,4 @@ def test_cli_runs_and_checks_its_arguments(tiny_data, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "12 samples" in done.stdout and (tmp_path / "shard-000000.tar").is_file()
     with pytest.raises(SystemExit):
-        _load_script().parse_args(["--csv", "labels.csv"])
+        load_make_shards().parse_args(["--csv", "labels.csv"])

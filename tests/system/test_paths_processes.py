@@ -5,11 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.unit.test_paths import REPO, _installed_copy
+from tests.helpers import REPO, installed_copy
 
 
 def test_an_installed_copy_uses_the_user_cache_and_tools_say_what_to_do(tmp_path):
-    env = _installed_copy(tmp_path)
+    env = installed_copy(tmp_path)
     probe = ("import common, common.paths as p; print(common.__file__); "
              "print(p.default_data_root()); print(p.find_repo_root())")
     lines = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env,

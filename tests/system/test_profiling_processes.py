@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_profiling import _fraction
+from tests.helpers import data_wait
 
 
 @pytest.mark.slow
 def test_workers_hide_the_data_delay_behind_the_step():
     # 2 workers each need 0.03 s per batch; the step takes 0.06 s, so after the
     # first batch the next one is always ready: the wait all but disappears.
-    meter = _fraction(0.03, 0.06, num_workers=2, length=12)
+    meter = data_wait(0.03, 0.06, num_workers=2, length=12)
     assert meter.fraction < 0.3
     assert meter.first_wait_s > max(meter.waits[1:])  # start-up is set aside

@@ -197,7 +197,7 @@ def test_setpriv_sets_the_judges_privileges_on_its_command_line():
 
 
 def test_the_file_guard_reads_only_regular_files_and_a_fifo_does_not_block_it(tmp_path):
-    """A FIFO named like a notebook among the submissions hung the unsandboxed grader (issue 29)."""
+    """A FIFO named like a notebook among the submissions must not hang the unsandboxed grader."""
     (tmp_path / "student").mkdir()
     (tmp_path / "student" / "ex01.json").write_text("{}")
     os.mkfifo(tmp_path / "student" / "ex01.ipynb")
@@ -232,7 +232,7 @@ def test_the_sandboxs_dev_shm_is_bounded():
 
 
 def test_an_ordinary_users_judges_get_subordinate_uids_of_their_own(tmp_path):
-    """Issue 29: an ordinary user's judges ran with the instructor's uid; /etc/subuid gives them their own."""
+    """An ordinary user's judges run under uids of their own from /etc/subuid, never the instructor's."""
     subuid, subgid = tmp_path / "subuid", tmp_path / "subgid"
     me = pwd.getpwuid(os.getuid()).pw_name
     subuid.write_text(f"# ranges\nsomeone:200000:65536\n{me}:300000:65536\n")
@@ -273,8 +273,8 @@ print(checkout in found, any(p.startswith(checkout + "/") for p in found), "/tmp
 def test_a_checkout_below_tmp_is_the_repositorys_not_the_working_copys():
     """A CI clone lies below /tmp: the sandbox binds its allowed folders into the working copy (its
     /tmp), read-only. The judge's zygote still preloads their modules, and the judge's listings of the
-    working copy (before and after every exercise) do not walk them: 110 -> 25 CPU s for
-    tests/system/test_grading.py in a clone below /tmp, whose 6 GB venv was walked each time."""
+    working copy (before and after every exercise) do not walk them: a clone's venv below /tmp (gigabytes)
+    would otherwise be walked twice per exercise."""
     require_bubblewrap()
     checkout = Path(tempfile.mkdtemp(dir="/tmp", prefix="clone-"))
     try:

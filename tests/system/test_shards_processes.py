@@ -12,7 +12,8 @@ from torch.utils.data import DataLoader
 
 from common.shards import ShardedImageDataset
 from common.transforms import ClassicEvalPreset
-from tests.unit.test_shards import _consume, _pixel_hash, source, source_multiset, uneven  # noqa: F401
+from tests.helpers import consume, pixel_hash
+from tests.unit.test_shards import source, source_multiset, uneven  # noqa: F401
 
 
 @pytest.mark.parametrize("num_workers", [0, 1, 2])
@@ -22,7 +23,7 @@ def test_every_sample_exactly_once(uneven, source_multiset, world_size, num_work
     for rank in range(world_size):
         dataset = ShardedImageDataset(uneven, np.array, rank=rank, world_size=world_size,
                                       equalize="none", seed=5, buffer_size=4)
-        seen.update(_consume(dataset, num_workers))
+        seen.update(consume(dataset, num_workers))
     assert seen == source_multiset
 
 
@@ -51,7 +52,7 @@ def test_same_seed_and_epoch_same_order_other_epoch_differs(uneven):
     def order(epoch: int, seed: int = 0) -> list:
         dataset = ShardedImageDataset(uneven, np.array, seed=seed, buffer_size=6)
         dataset.set_epoch(epoch)
-        return _consume(dataset, num_workers=2)
+        return consume(dataset, num_workers=2)
 
     first = order(3)
     assert order(3) == first
@@ -65,10 +66,10 @@ def test_persistent_workers_follow_set_epoch(uneven):
     expected = {}
     for epoch in (0, 1, 2):
         dataset.set_epoch(epoch)
-        expected[epoch] = _consume(dataset, num_workers=2)  # fresh workers: the reference
+        expected[epoch] = consume(dataset, num_workers=2)  # fresh workers: the reference
     for epoch in (0, 1, 2):
         dataset.set_epoch(epoch)
-        got = [(_pixel_hash(image.numpy()), int(label)) for image, label in loader]
+        got = [(pixel_hash(image.numpy()), int(label)) for image, label in loader]
         assert got == expected[epoch]
     assert expected[0] != expected[1]
 

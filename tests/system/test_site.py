@@ -95,7 +95,7 @@ def tiny_repo(tmp_path_factory) -> Path:
     # An instructor source left in the learner's folder by mistake: never published as an exercise.
     nbformat.write(executed_by_hand("Exercises 2", None, f"### BEGIN SOLUTION\n{SOLUTION}\n### END SOLUTION"),
                    root / "chapters" / "exercises" / "ex02_misplaced.ipynb")
-    # A stand-in for the Chinese edition (issue 13): one chapter, linking to the glossary.
+    # A stand-in for the Chinese edition: one chapter, linking to the glossary.
     nbformat.write(executed_by_hand("第 1 章 — 第一步", None, "print('hello')",
                                     "[术语表](../../GLOSSARY.md)\n\n本章介绍数据管道。\n\n"
                                     "![环](../figures/zh/ring.svg)"),
@@ -390,7 +390,7 @@ def assert_no_solution_is_published(out: Path) -> None:
     page is an instructor source's, and no exercise page's text holds a line that only the solutions
     and hidden checks of its instructor source hold (the chapters share many lines with them)."""
     from course.assignments import instructor_sources
-    from tests.unit.test_assignments import _solution_lines
+    from tests.helpers import solution_lines
 
     for path in (p for p in out.rglob("*") if p.is_file() and p.suffix in (".html", ".ipynb", ".py", ".js", ".txt")):
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -400,7 +400,7 @@ def assert_no_solution_is_published(out: Path) -> None:
         sources = instructor_sources(folder / "exercises" / "solutions")
         assert sources
         for source in sources:
-            secret = _solution_lines(nbformat.read(source, as_version=4))
+            secret = solution_lines(nbformat.read(source, as_version=4))
             page = out / edition / "chapters" / "exercises" / source.with_suffix(".html").name
             lines = {line.strip() for line in unescape(re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8"))).splitlines()}
             assert len(secret) > 10 and not secret & lines, f"{page.relative_to(out)}: {sorted(secret & lines)[:3]}"
@@ -491,7 +491,7 @@ def test_site_in_a_real_browser(site, browser):
         server.server_close()
 
 
-# The Chinese edition's info box (issue 27): its own "**对应指南章节：**" line, in Chinese.
+# The Chinese edition's info box: its own "**对应指南章节：**" line, in Chinese.
 ZH_FIRST = ("# 第4.1章 分布式训练基础\n**对应指南章节：** 超出指南的内容（指南在 §2.3.1 处中断）；"
             "以 §2.2.1 Dataset与DataLoader类 为基础\n[术语表](../../GLOSSARY.md)\n## 本章内容\n- rank")
 

@@ -10,14 +10,14 @@ import time
 import pytest
 import torch
 
-from tests.unit.test_snapshot import _WRITER
+from tests.helpers import SNAPSHOT_WRITER
 
 
 @pytest.mark.slow
 def test_kill_during_write_keeps_a_complete_latest_snapshot(tmp_path):
     path = tmp_path / "snap.pt"
     for _round in range(3):
-        writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)],
+        writer = subprocess.Popen([sys.executable, "-c", SNAPSHOT_WRITER, str(path)],
                                   stdout=subprocess.PIPE, text=True)
         try:
             writer.stdout.readline()  # at least one complete snapshot exists

@@ -15,8 +15,6 @@ from course import code_comments
 from course.assignments import (
     BEGIN_HIDDEN,
     BEGIN_SOLUTION,
-    END_HIDDEN,
-    END_SOLUTION,
     NOT_DONE,
     AssignmentFormatError,
     answer_files,
@@ -39,6 +37,7 @@ from course.assignments import (
 from course.checks import HINTS, hint_texts, hints
 from course.messages import CHINESE
 from course.translate import zh_dir
+from tests.helpers import solution_lines
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SOURCES = instructor_sources()
@@ -160,25 +159,10 @@ def test_the_committed_student_versions_are_what_make_assignments_writes(folder)
     assert not list(folder.glob("*.py")) and not (folder / "manifest.json").exists()
 
 
-def _solution_lines(source: nbformat.NotebookNode) -> set[str]:
-    """The lines a solution or a hidden check holds that the notebook holds nowhere else: what a
-    student version must never show (short lines such as ``return x`` are everywhere)."""
-    inside, outside = set(), set()
-    for cell in source.cells:
-        region = None
-        for line in cell.source.splitlines():
-            if line.strip() in (BEGIN_SOLUTION, BEGIN_HIDDEN):
-                region = line.strip()
-            elif line.strip() in (END_SOLUTION, END_HIDDEN):
-                region = None
-            (inside if region else outside).add(line.strip())
-    return {line for line in inside - outside if len(line) >= 20}
-
-
 @pytest.mark.parametrize("folder", LEARNER_FOLDERS, ids=["en", "zh"])
 def test_no_learner_notebook_holds_a_solution_or_a_hidden_check(folder):
     for source in instructor_sources(folder / "solutions"):
-        secret = _solution_lines(nbformat.read(source, as_version=4))
+        secret = solution_lines(nbformat.read(source, as_version=4))
         assert len(secret) > 10, f"{source.name}: the solutions were not found"
         text = (folder / source.name).read_text(encoding="utf-8")
         assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text and "END HIDDEN" not in text
@@ -285,7 +269,7 @@ def test_a_solution_that_is_a_whole_class_body_is_refused():
     assert "raise NotImplementedError()" in student_version(nb).cells[0].source
 
 
-# Issue 45: exercises a self-learner can finish alone.
+# Exercises a self-learner can finish alone.
 
 def _exercise_text(nb: nbformat.NotebookNode, exercise, previous: int) -> str:
     """The markdown an exercise is stated in: every markdown cell after the previous check cell up to

@@ -48,7 +48,7 @@ def test_formulations_check_every_batch_outside_the_timed_loop(monkeypatch):
         time.sleep(0.05)
         return True
 
-    monkeypatch.setattr(costs, "_agrees", slow_check)
+    monkeypatch.setattr(costs, "agrees", slow_check)
     images = torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8)
     table = formulations(images, repeats=2, batch_size=4)
     assert len(calls) == 5 * 2  # every candidate, every batch, once
@@ -56,7 +56,7 @@ def test_formulations_check_every_batch_outside_the_timed_loop(monkeypatch):
 
 
 def test_formulations_refuse_a_wrong_result(monkeypatch):
-    monkeypatch.setattr(costs, "_agrees", lambda out, expected: False)
+    monkeypatch.setattr(costs, "agrees", lambda out, expected: False)
     images = torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8)
     with pytest.raises(AssertionError, match="does not give the normalized batch"):
         formulations(images, repeats=1, batch_size=4)

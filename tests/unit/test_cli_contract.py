@@ -257,15 +257,15 @@ def test_a_benchmark_run_that_fails_is_its_rank_s_one_line(module, places, monke
 
 
 def test_a_repacked_shard_is_refused_before_a_worker_starts(places, tmp_path, capsys):
-    """Issue 30: a repacked copy of shard 0 added as another shard was read twice per epoch on
+    """A repacked copy of shard 0 added as another shard would be read twice per epoch on
     1 rank x 2 workers. The keys are checked as the dataset is built, before any DataLoader
     worker starts (a worker here would be refused: tests/unit starts no process)."""
-    from tests.unit.test_shards import _repack, _with_extra_shard
+    from tests.helpers import repack, with_extra_shard
 
     folder = tmp_path / "shards"
     folder.mkdir()
-    repacked = _repack(Path(places["shards"]) / "shard-000000.tar", folder / "shard-000009.tar")
-    _with_extra_shard(Path(places["shards"]) / "manifest.json", folder, repacked)
+    repacked = repack(Path(places["shards"]) / "shard-000000.tar", folder / "shard-000009.tar")
+    with_extra_shard(Path(places["shards"]) / "manifest.json", folder, repacked)
     code, err = _run(SHARDS, ["--tiny", "--shards", str(folder), "--val-shards", places["shards"],
                               "--num-workers", "2"], capsys)
     assert code == 1 and "Traceback" not in err
@@ -282,16 +282,16 @@ def test_a_folder_holding_the_site_staging_of_a_user_is_left_alone(places, capsy
 
 
 def test_the_site_staging_folder_is_stamped_and_reused(tmp_path):
-    from course.site import MARKER, _prepare_work
+    from course.site import MARKER, prepare_work
 
-    _prepare_work(tmp_path / "w")  # new: created and stamped
+    prepare_work(tmp_path / "w")  # new: created and stamped
     (tmp_path / "w" / "en").mkdir()
-    _prepare_work(tmp_path / "w")  # ours: reused
+    prepare_work(tmp_path / "w")  # ours: reused
     assert (tmp_path / "w" / MARKER).is_file()
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "x").write_text("")
     with pytest.raises(FileExistsError, match="not written by course.site"):
-        _prepare_work(tmp_path / "other")
+        prepare_work(tmp_path / "other")
 
 
 @pytest.mark.parametrize("module", [DDP, FSDP])

@@ -70,10 +70,11 @@ def test_transforms_are_applied(tiny_data):
 
 def test_index_is_stored_in_numpy_arrays(tiny_data):
     dataset = CustomImageDataset(tiny_data.labels_csv("train"), tiny_data.images_dir("train"))
-    assert isinstance(dataset._paths, np.ndarray) and dataset._paths.dtype.kind == "U"
-    assert dataset.labels.dtype == np.int64
-    with pytest.raises(ValueError):
-        dataset.labels[0] = 1  # the public view is read-only
+    assert isinstance(dataset.paths, np.ndarray) and dataset.paths.dtype.kind == "U"
+    assert dataset.labels.dtype == np.int64 and dataset.lines.tolist() == list(range(2, len(dataset) + 2))
+    for index in (dataset.paths, dataset.labels, dataset.lines):
+        with pytest.raises(ValueError):
+            index[0] = index[1]  # the public views are read-only
 
 
 @pytest.mark.parametrize(("text", "fragment"), [

@@ -1,4 +1,4 @@
-"""The DDP trainer's resume contract on data (issue 30): a ``--snapshot`` resumes only on the
+"""The DDP trainer's resume contract on data: a ``--snapshot`` resumes only on the
 data it was written on, as ``common.fsdp.train`` and ``common.shards.train`` already refuse.
 
 In this process (world size 1, no process group): a run of 24 images stopped after one step,

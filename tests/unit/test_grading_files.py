@@ -1,4 +1,4 @@
-"""Issue 45 on the grader's side: a file exercise's answer file is taken from beside the submitted notebook
+"""File exercises on the grader's side: the answer file is taken from beside the submitted notebook
 (never through a link, never bigger than allowed, "not attempted" when it is as handed out), the judge
 writes it only inside its working copy, and the hints a student opened are recorded from the cells that
 ran."""

@@ -75,7 +75,7 @@ def test_a_blank_submission_is_graded_without_starting_a_judge(tmp_path, monkeyp
     monkeypatch.setattr(grader, "run_notebook", no_judge)
     monkeypatch.setattr(grader, "choose_sandbox", lambda wanted: ("none", "no sandbox in this test"))
     monkeypatch.setattr(grader, "own_uids", lambda config, sandbox: (None, ""))
-    monkeypatch.setattr(grader, "_guard", lambda config: None)
+    monkeypatch.setattr(grader, "file_guard", lambda config: None)
     monkeypatch.setattr(grader, "may_drop", lambda config, sandbox: False)
     sources = tmp_path / "sources"
     sources.mkdir()

@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import tarfile
 from pathlib import Path
 
 from common.data import CustomImageDataset
 from common.shards.format import file_sha256, read_shard
-
-SCRIPT = Path(__file__).resolve().parents[2] / "data_scripts" / "make_shards.py"
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("make_shards", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_make_shards
 
 
 def _convert(tiny_data, out: Path, shard_size: int) -> dict:
-    _load_script().main(["--csv", str(tiny_data.labels_csv("train")), "--images",
-                         str(tiny_data.images_dir("train")), "--out", str(out),
-                         "--shard-size", str(shard_size)])
+    load_make_shards().main(["--csv", str(tiny_data.labels_csv("train")), "--images",
+                             str(tiny_data.images_dir("train")), "--out", str(out),
+                             "--shard-size", str(shard_size)])
     return json.loads((out / "manifest.json").read_text())
 
 

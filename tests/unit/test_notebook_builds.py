@@ -1,4 +1,4 @@
-"""course.notebooks build: a timing measured on a busy machine is not stored (issue 41's rule)."""
+"""course.notebooks build: a timing measured on a busy machine is not stored (common/readings.py says why)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -32,15 +30,6 @@ def test_data_root_follows_companion_data(tmp_path, monkeypatch):
     assert default_data_root() == (tmp_path / "d").resolve()
     monkeypatch.delenv("COMPANION_DATA")
     assert default_data_root() == REPO / "data"
-
-
-def _installed_copy(tmp_path: Path) -> dict[str, str]:
-    """`common` and `course` copied outside any checkout, as `pip install .` would leave them."""
-    site = tmp_path / "site"
-    for package in ("common", "course"):
-        shutil.copytree(REPO / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
-    env = {k: v for k, v in os.environ.items() if k not in ("COMPANION_REPO", "COMPANION_DATA")}
-    return {**env, "PYTHONPATH": str(site), "HOME": str(tmp_path / "home")}
 
 
 def test_display_path_is_relative_inside_the_repository_and_short_outside(tmp_path):

@@ -5,48 +5,23 @@ from __future__ import annotations
 import time
 
 import pytest
-import torch
-from torch.utils.data import DataLoader, Dataset
 
 from common.fast.profiling import STAGES, DataWaitMeter, time_stages
-
-
-class SleepyDataset(Dataset):
-    """Each item takes ``delay`` seconds to produce."""
-
-    def __init__(self, length: int, delay: float) -> None:
-        self.length, self.delay = length, delay
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        time.sleep(self.delay)
-        return torch.tensor(index)
-
-
-def _fraction(data_delay: float, step_delay: float, *, num_workers: int = 0,
-              length: int = 9) -> DataWaitMeter:
-    loader = DataLoader(SleepyDataset(length, data_delay), batch_size=1,
-                        num_workers=num_workers)
-    meter = DataWaitMeter()
-    for _ in meter.wrap(loader):
-        time.sleep(step_delay)
-    return meter
+from tests.helpers import data_wait
 
 
 def test_equal_data_and_step_time_is_about_half():
-    meter = _fraction(0.03, 0.03)
+    meter = data_wait(0.03, 0.03)
     assert 0.3 < meter.fraction < 0.7
     assert len(meter.waits) == 9 and len(meter.steps) == 9
 
 
 def test_data_bound_loop_waits_almost_always():
-    assert _fraction(0.03, 0.0).fraction > 0.8
+    assert data_wait(0.03, 0.0).fraction > 0.8
 
 
 def test_compute_bound_loop_hardly_waits():
-    assert _fraction(0.0, 0.03).fraction < 0.2
+    assert data_wait(0.0, 0.03).fraction < 0.2
 
 
 def test_first_batch_is_excluded_unless_asked():

@@ -1,4 +1,4 @@
-"""Every chapter ends with recall questions; their answers sit with the solutions (issue 26).
+"""Every chapter ends with recall questions; their answers sit with the solutions.
 
 The last cell of each chapter notebook, English and Chinese, is a ``## Recall questions``
 (``## 回顾问题``) section of 5-10 numbered questions. The answers are in one file per language,

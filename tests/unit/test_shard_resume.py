@@ -13,7 +13,7 @@ from common.data import CustomImageDataset
 from common.ddp.snapshot import SnapshotError, check_resume, read_snapshot
 from common.shards import file_sha256, write_shards
 from common.shards import train as shard_train
-from tests.unit.test_shards import _repack, _with_extra_shard
+from tests.helpers import repack, with_extra_shard
 
 
 def _write(tiny_data, root, split: str, shard_size: int = 5):
@@ -119,8 +119,8 @@ def test_a_repacked_shard_added_is_refused_unless_allowed(shards, tmp_path, caps
     shutil.copytree(shards / "val", data / "val")
     (data / "train").mkdir()
     first = data / "train" / "shard-000000.tar"
-    repacked = _repack(shards / "train" / first.name, data / "train" / "shard-000005.tar")
-    _with_extra_shard(shards / "train" / "manifest.json", data / "train", repacked)
+    repacked = repack(shards / "train" / first.name, data / "train" / "shard-000005.tar")
+    with_extra_shard(shards / "train" / "manifest.json", data / "train", repacked)
     argv = ["--tiny", "--shards", str(data / "train"), "--val-shards", str(data / "val"),
             "--equalize", "none", "--num-epochs", "1"]
     assert shard_train.main(argv) == 1

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import io
-import json
 import tarfile
 from collections import Counter
 
@@ -13,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 from torchvision.transforms.functional import pil_to_tensor
 
@@ -24,7 +21,6 @@ from common.shards import (
     ShardError,
     ShardInfo,
     ensure_shards,
-    file_sha256,
     read_manifest,
     read_shard,
     split_shards,
@@ -34,13 +30,16 @@ from common.shards import (
 from common.shards import dataset as shard_dataset
 from common.shards.keys import shard_keys
 from common.transforms import ClassicEvalPreset
+from tests.helpers import (
+    add_member,
+    copy_shards,
+    copy_with_manifest,
+    pixel_hash,
+    repack,
+    with_extra_shard,
+)
 from tests.system_parts import require
 from tests.unit.test_data import png_header
-
-
-def _pixel_hash(array) -> str:
-    array = np.ascontiguousarray(np.asarray(array))
-    return hashlib.sha256(array.tobytes() + str(array.shape).encode()).hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +56,8 @@ def uneven(source, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def source_multiset(source):
-    return Counter((_pixel_hash(load_rgb(source.path(i))), int(source.labels[i]))
+    return Counter((pixel_hash(load_rgb(source.path(i))), int(source.labels[i]))
                    for i in range(len(source)))
-
-
-def _consume(dataset: ShardedImageDataset, num_workers: int, batch_size=None) -> list:
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers)
-    return [(_pixel_hash(image.numpy()), int(label)) for image, label in loader]
 
 
 def test_shuffle_false_keeps_the_written_order(uneven, source):
@@ -106,17 +100,9 @@ def test_too_few_shards_for_ranks_is_refused(uneven):
         ShardedImageDataset(uneven, rank=2, world_size=2)
 
 
-def _copy_shards(manifest, tmp_path):
-    shards = read_manifest(manifest)
-    for shard in shards:
-        (tmp_path / shard.path.name).write_bytes(shard.path.read_bytes())
-    (tmp_path / "manifest.json").write_text(manifest.read_text())
-    return tmp_path / shards[0].path.name
-
-
 @pytest.mark.parametrize(("where", "member"), [("data", "00000001.jpg"), ("half", None)])
 def test_truncated_shard_names_shard_and_member(uneven, tmp_path, where, member):
-    first = _copy_shards(uneven, tmp_path)
+    first = copy_shards(uneven, tmp_path)
     with tarfile.open(first) as tar:
         members = tar.getmembers()
     cut = members[2].offset_data + 100 if where == "data" else first.stat().st_size // 2
@@ -132,7 +118,7 @@ def test_truncated_shard_names_shard_and_member(uneven, tmp_path, where, member)
 
 
 def test_checksum_mismatch_is_refused(uneven, tmp_path):
-    first = _copy_shards(uneven, tmp_path)
+    first = copy_shards(uneven, tmp_path)
     data = bytearray(first.read_bytes())
     data[2000] ^= 0xFF  # same size, one byte changed inside the first image
     first.write_bytes(bytes(data))
@@ -141,29 +127,21 @@ def test_checksum_mismatch_is_refused(uneven, tmp_path):
 
 
 def test_shard_shorter_than_manifest_is_refused(uneven, tmp_path):
-    first = _copy_shards(uneven, tmp_path)
+    first = copy_shards(uneven, tmp_path)
     members = list(read_shard(first))[:3]
     with tarfile.open(first, "w") as tar:
         for record in members:
-            _add(tar, record.member, record.data)
-            _add(tar, f"{record.key}.cls", str(record.label).encode())
+            add_member(tar, record.member, record.data)
+            add_member(tar, f"{record.key}.cls", str(record.label).encode())
     with pytest.raises(ShardError, match="holds 3 samples but the manifest says 5"):
         list(read_shard(first, expected=5))
-
-
-def _add(tar: tarfile.TarFile, name: str, data: bytes, kind=tarfile.REGTYPE) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.type = (len(data), kind) if kind == tarfile.REGTYPE else (0, kind)
-    if kind == tarfile.SYMTYPE:
-        info.linkname = "/etc/passwd"
-    tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
 
 def _shard(tmp_path, members) -> ShardInfo:
     path = tmp_path / "crafted.tar"
     with tarfile.open(path, "w") as tar:
         for name, data, *kind in members:
-            _add(tar, name, data, *kind)
+            add_member(tar, name, data, *kind)
     return ShardInfo(path, 1)
 
 
@@ -196,7 +174,7 @@ def test_webdataset_reads_the_same_shards(uneven, source_multiset):
     import webdataset as wds
     urls = [str(shard.path) for shard in read_manifest(uneven)]
     pipeline = wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("jpg", "cls")
-    seen = Counter((_pixel_hash(image.convert("RGB")), int(label)) for image, label in pipeline)
+    seen = Counter((pixel_hash(image.convert("RGB")), int(label)) for image, label in pipeline)
     assert seen == source_multiset
 
 
@@ -220,20 +198,13 @@ def test_ensure_shards_rewrites_only_when_needed(source, tmp_path):
 
 # --- lying manifests, hostile members, bounded memory ------------------------------------
 
-def _copy_with_manifest(manifest, tmp_path, edit) -> None:
-    _copy_shards(manifest, tmp_path)
-    written = json.loads((tmp_path / "manifest.json").read_text())
-    edit(written)
-    (tmp_path / "manifest.json").write_text(json.dumps(written))
-
-
 @pytest.mark.parametrize("policy", ["none", "pad", "drop"])
 def test_a_last_shard_holding_more_than_the_manifest_says_is_refused(uneven, tmp_path, policy):
     def under_count(manifest):
         manifest["shards"][-1]["num_samples"] = 2  # it holds 4
         manifest["num_samples"] = 22
 
-    _copy_with_manifest(uneven, tmp_path, under_count)
+    copy_with_manifest(uneven, tmp_path, under_count)
     dataset = ShardedImageDataset(tmp_path, shuffle=False, equalize=policy, buffer_size=0)
     with pytest.raises(ShardError, match=r"shard-000004\.tar: holds 4 samples but the manifest "
                                          "says 2"):
@@ -252,7 +223,7 @@ def test_a_last_shard_holding_more_than_the_manifest_says_is_refused(uneven, tmp
     (lambda m: m.update(classes="circle"), "'classes' must be a list of names"),
 ])
 def test_malformed_manifests_name_manifest_and_entry(uneven, tmp_path, edit, message):
-    _copy_with_manifest(uneven, tmp_path, edit)
+    copy_with_manifest(uneven, tmp_path, edit)
     with pytest.raises(ShardError, match=message) as error:
         read_manifest(tmp_path)
     assert "manifest.json" in str(error.value)
@@ -263,14 +234,14 @@ def test_the_same_shard_under_two_names_is_refused(uneven, tmp_path):
         manifest["shards"].append({**manifest["shards"][0], "name": "copy.tar"})
         manifest["num_samples"] += 5
 
-    _copy_with_manifest(uneven, tmp_path, copied)
+    copy_with_manifest(uneven, tmp_path, copied)
     (tmp_path / "copy.tar").write_bytes((tmp_path / "shard-000000.tar").read_bytes())
     with pytest.raises(ShardError, match=r"copy\.tar has the same sha256 as entry 0 "
                                          r"\(shard-000000\.tar\)"):
         read_manifest(tmp_path)
     # Re-packed (other bytes, same keys) under another name: the keys in the headers tell.
     shards = read_manifest(uneven)
-    repacked = _repack(shards[0].path, tmp_path / "repacked.tar")
+    repacked = repack(shards[0].path, tmp_path / "repacked.tar")
     with pytest.raises(ShardError, match=r"sample key '00000000' is in shard .*shard-000000\.tar "
                                          r"and again in shard .*repacked\.tar"):
         ShardedImageDataset([*shards, ShardInfo(repacked, 5)], shuffle=False, equalize="none")
@@ -282,29 +253,10 @@ def test_the_same_shard_under_two_names_is_refused(uneven, tmp_path):
         list(dataset.records())
 
 
-def _repack(shard, path):
-    """The samples of ``shard`` in a new tar: same keys, other bytes (so another sha256)."""
-    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
-        for record in read_shard(shard):
-            _add(tar, record.member, record.data)
-            _add(tar, f"{record.key}.cls", str(record.label).encode())
-    return path
-
-
-def _with_extra_shard(manifest, tmp_path, extra) -> None:
-    """A copy of the shards whose manifest lists one more shard, with its true sha256."""
-    def listed(written):
-        written["shards"].append({"name": extra.name, "num_samples": len(list(read_shard(extra))),
-                                  "sha256": file_sha256(extra)})
-        written["num_samples"] += written["shards"][-1]["num_samples"]
-
-    _copy_with_manifest(manifest, tmp_path, listed)
-
-
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_a_repacked_copy_added_as_a_sixth_shard_is_refused(uneven, tmp_path, world_size):
-    extra = _repack(read_manifest(uneven)[0].path, tmp_path / "shard-000005.tar")
-    _with_extra_shard(uneven, tmp_path, extra)
+    extra = repack(read_manifest(uneven)[0].path, tmp_path / "shard-000005.tar")
+    with_extra_shard(uneven, tmp_path, extra)
     assert len(read_manifest(tmp_path)) == 6  # every per-shard check passes
     for rank in range(world_size):
         with pytest.raises(ShardError, match=rf"sample key '00000000' is in shard "
@@ -320,9 +272,9 @@ def test_a_shard_repeating_samples_of_others_is_refused_unless_allowed(uneven, t
     with tarfile.open(extra, "w") as tar:
         for record in [*list(read_shard(shards[0].path))[3:],
                        *list(read_shard(shards[1].path))[:3]]:
-            _add(tar, record.member, record.data)
-            _add(tar, f"{record.key}.cls", str(record.label).encode())
-    _with_extra_shard(uneven, tmp_path, extra)
+            add_member(tar, record.member, record.data)
+            add_member(tar, f"{record.key}.cls", str(record.label).encode())
+    with_extra_shard(uneven, tmp_path, extra)
     with pytest.raises(ShardError, match=r"sample key '00000003' is in shard .*shard-000000\.tar "
                                          r"and again in shard .*extra\.tar.*--allow-duplicate-keys"):
         ShardedImageDataset(tmp_path, shuffle=False, equalize="none")

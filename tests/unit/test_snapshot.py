@@ -111,18 +111,6 @@ def test_refuses_a_plain_state_dict_and_a_missing_file(tmp_path):
         read_snapshot(tmp_path / "nothing.pt")
 
 
-_WRITER = """
-import sys, torch
-from common.ddp.snapshot import atomic_save
-version = 0
-while True:
-    atomic_save({"version": torch.tensor(version),
-                 "payload": torch.full((3_000_000,), float(version))}, sys.argv[1])
-    print(version, flush=True)
-    version += 1
-"""
-
-
 def _rewrite(path, **changes) -> None:
     """Change entries of a snapshot and store a matching checksum (a well-formed lie)."""
     snapshot = torch.load(path, weights_only=True)

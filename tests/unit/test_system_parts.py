@@ -77,10 +77,10 @@ def test_a_bwrap_that_cannot_start_is_missing_too(monkeypatch, tmp_path):
     (tmp_path / "bwrap").chmod(0o755)
     refused = "bwrap does not work here: bwrap: setting up uid map: Permission denied; UNSAFE FOR ..."
     monkeypatch.setattr("course.grading.sandbox.choose_sandbox", lambda mode: ("none", refused))
-    system_parts._bubblewrap_missing.cache_clear()
+    system_parts.probe_bubblewrap.cache_clear()
     try:
         reason = bubblewrap_missing()
     finally:
-        system_parts._bubblewrap_missing.cache_clear()
+        system_parts.probe_bubblewrap.cache_clear()
     assert reason.startswith("bwrap does not work here: bwrap: setting up uid map: Permission denied; ")
     assert "UNSAFE" not in reason

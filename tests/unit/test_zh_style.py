@@ -1,4 +1,4 @@
-"""The Chinese edition's style guard (issue 44): one word for each thing, short sentences, no hard breaks.
+"""The Chinese edition's style guard: one word for each thing, short sentences, no hard breaks.
 
 Every Chinese text the project ships is read here: the ``msgstr`` of ``chapters/zh/po/*.po`` (markdown cells,
 code comments, docstrings), README.zh-CN.md, TROUBLESHOOTING.zh-CN.md, ``docs/*.zh-CN.md``, GLOSSARY.md's
@@ -68,7 +68,7 @@ class Rule:
     only: str = ""
 
 
-#: The chosen form of each drifting term (issue 44). Read by the tests below; each ``bad`` must fail.
+#: The chosen form of each drifting term. Read by the tests below; each ``bad`` must fail.
 TERMS = [
     Rule("barrier", r"(?i)\bbarriers?\b(?![^（）\n]*）)", "屏障（英文名只放在括号里：“屏障（barrier）”）",
          "所有 rank 在 barrier 处等待。", "所有 rank 在屏障（barrier）处等待；受监控的屏障（monitored barrier）。"),
@@ -115,8 +115,8 @@ MAX_SENTENCE = 100  # Chinese characters
 #: Sentences written before the length rule that are still longer (``file: where``). Only shrinks.
 LONG_SENTENCES: set[str] = set()
 
-#: Files whose findings are not fixed yet: skipped here, with the Chinese scripts of their chapters. Empty since
-#: issue 44's pass over every chapter; a file listed here must still have a finding (the list only shrinks).
+#: Files whose findings are not fixed yet: skipped here, with the Chinese scripts of their chapters. Empty: every
+#: chapter passes; a file listed here must still have a finding (the list only shrinks).
 PENDING: set[str] = set()
 
 
@@ -441,7 +441,7 @@ def test_each_pending_file_still_has_something_to_fix(texts):
     assert clean == [], f"these files pass the guard now: remove them from PENDING: {clean}"
 
 
-# --- README.zh-CN.md in sync with README.md (issue 44). ---
+# --- README.zh-CN.md in sync with README.md. ---
 
 #: README.md's sections and their headings in README.zh-CN.md, in order.
 README_SECTIONS = {"Two commands": "两条命令", "Chapter map": "章节对照", "Where to go next": "接下来去哪里"}

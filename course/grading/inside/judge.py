@@ -23,7 +23,7 @@ by ``begin``: the judge kills the last template, removes the files its setup cel
 zygote forks a fresh one, so every submission's setup cells run from the same clean state (the
 zygote runs no cell and reads no request), and the earlier answers an exercise sees are its own
 submission's. An answer runs under the judge's uid and may signal the zygote or its template: a
-zygote that forks no template makes ``begin`` fail, and a template that no longer answers after an
+zygote that forks no template makes ``begin`` fail, and a template that stops answering after an
 exercise makes the reply say ``restart``; either way the grader starts a fresh judge for what is
 left, and no other submission pays for it. The threat model is in ``course/grading/__init__.py``.
 """
@@ -253,7 +253,7 @@ def _exercise(request: dict, template: Template, limits: dict, io: tuple, reserv
     remove_new(root, before)
     if shm and os.path.isdir(shm):  # its size limit is then the exercise's, not the notebook's
         remove_new(shm, shm_before)
-    if changed:  # the setup's files are no longer what the next checks expect: a fresh judge
+    if changed:  # the setup's files differ from what the next checks expect: a fresh judge
         result = {**result, "tampered": [*result["tampered"], *changed], "restart": True}
     return {"op": "result", "key": request["key"], **result}
 
