@@ -74,9 +74,9 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
   ``/etc`` the interpreter and torch need (``ETC``: the linker's cache, ``hosts`` and
   ``nsswitch.conf`` for ``localhost``, the time zone, fonts), the interpreter's prefixes
   (``sys.prefix`` and ``sys.base_prefix``: the venv and the Python it was made from), ``common/``
-  and what runs inside (``course/grading/inside/``, and ``course/checks.py`` with its
-  ``course/messages.py`` and ``course/messages_zh.json``, and ``course/assignments.py`` with its
-  ``course/demo_cells.py``, that the setup cells import). Writable: the working copy, which is
+  and what runs inside (``course/grading/inside/``, and the student runtime ``course/student/`` that
+  the setup cells import); no instructor tooling (``course/assignments/``, ``course/publishing/``, the
+  host side of ``course/grading/``: ``judges.EXPOSED``). Writable: the working copy, which is
   also its private ``/tmp`` and holds an empty HOME, and a ``/dev/shm`` of its own. Nothing else
   exists in it: not the repository (``.git``, ``tests/``, the exercise sources), the submissions,
   the report, another checkout or a backup of the sources, ``/root``, any user's home (``~/.ssh``),
@@ -154,6 +154,6 @@ the command line), ``report`` (``grades.csv``, ``grades.json``, feedback), ``tex
 from a submission, made safe), ``judges`` (starting judges and speaking to them), ``sandbox``
 (bubblewrap's allow-list, setpriv, the file guard), ``uids`` (each judge's uid: fresh as root,
 subordinate for an ordinary user), ``cgroups`` (an exercise's cgroups).
-Inside the sandbox: ``inside/``. The student side (``course.checks``) is what the
+Inside the sandbox: ``inside/``. The student runtime (``course.student``) is what the
 exercise notebooks import.
 """

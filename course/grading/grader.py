@@ -37,7 +37,7 @@ from course.grading.sandbox import FileGuard, choose_sandbox
 from course.grading.submission import Prepared, prepare, score, zero_rows
 from course.grading.text import shown
 from course.grading.uids import Subordinate
-from course.messages import notebook_language
+from course.student.messages import notebook_language
 
 
 class SandboxRequired(RuntimeError):

@@ -20,7 +20,7 @@ import nbformat
 from course.assignments import Exercise, learner_folder, strip_hidden_tests
 from course.grading.config import Result
 from course.grading.text import clean, shown
-from course.messages import ENGLISH, translated
+from course.student.messages import ENGLISH, translated
 
 
 def _safe(value: object) -> object:
@@ -84,7 +84,7 @@ def with_edition_markdown(nb: nbformat.NotebookNode, edition: Path) -> nbformat.
 def write_feedback(nb: nbformat.NotebookNode, exercises: list[Exercise], results: list[Result],
                    path: Path, language: str = ENGLISH) -> None:
     """The answers, and under each check cell (hidden checks removed) its name, points and message,
-    in the submission's ``language`` (``course.messages``)."""
+    in the submission's ``language`` (``course.student.messages``)."""
     rows = {r.exercise.rsplit("/", 1)[1]: r for r in results}
     for exercise in exercises:
         cell, row = nb.cells[exercise.tests_cell], rows[exercise.key]

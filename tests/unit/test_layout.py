@@ -205,7 +205,7 @@ def test_the_run_log_writes_no_model():
 
 
 def test_what_runs_inside_the_sandbox_imports_nothing_of_the_host_side():
-    """The sandbox shows only ``course/grading/inside/`` (and the student-side ``course.checks``)."""
+    """The sandbox shows only ``course/grading/inside/`` (and the student-side ``course.student.checks``)."""
     for name, imported in _course_imports().items():
         if name.startswith("course.grading.inside"):
             outside = {m for m in imported if not m.startswith("course.grading.inside")}

@@ -36,7 +36,7 @@ OPS = ("call", "getattr", "setattr", "getitem", "len", "iter", "next", "contains
        "copy", "deepcopy", "pickle", "names", "rebound")
 #: Modules and classes whose rebinding the integrity record names (in this process only).
 RECORDED_MODULES = ("builtins", "torch", "torch.nn", "torch.nn.functional", "numpy", "numpy.testing",
-                    "math", "pickle", "copy", "course.checks", "course.assignments")
+                    "math", "pickle", "copy", "course.student.checks")
 RECORDED_TYPES = ("torch.Tensor", "torch.nn.Module", "numpy.ndarray")
 
 
