@@ -279,6 +279,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"report: {config.out / 'grades.csv'} and grades.json")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -114,6 +114,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"feedback notebook: {config.out / 'feedback' / 'me' / notebook.name}")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
