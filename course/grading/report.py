@@ -82,20 +82,31 @@ def write_feedback(nb: nbformat.NotebookNode, exercises: list[Exercise], results
     write_text_atomically(path, nbformat.writes(nb))
 
 
-def write_report(results: list[Result], out: Path, info: dict) -> None:
-    """Write ``grades.csv`` and ``grades.json`` (rows, totals per student, sandbox, integrity)."""
+def totals_of(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Points and maximum points per student, over the report's rows (students shown safely)."""
+    totals: dict[str, dict[str, float]] = {}
+    for row in rows:
+        total = totals.setdefault(row["student"], {"points": 0.0, "max_points": 0.0})
+        total["points"] += row["points"]
+        total["max_points"] += row["max_points"]
+    return totals
+
+
+def write_report(results: list[Result], out: Path, info: dict) -> dict[str, dict[str, float]]:
+    """Write ``grades.csv`` and ``grades.json`` (rows, totals per student, sandbox, integrity).
+
+    Returns:
+        The totals per student, as ``grades.json`` holds them.
+    """
     out.mkdir(parents=True, exist_ok=True)
     rows = [_safe(asdict(r)) for r in results]
     table = io.StringIO(newline="")
     writer = csv.DictWriter(table, fieldnames=list(Result.__dataclass_fields__))
     writer.writeheader()
     writer.writerows(rows)
-    totals: dict[str, dict[str, float]] = {}
-    for row in rows:
-        total = totals.setdefault(row["student"], {"points": 0.0, "max_points": 0.0})
-        total["points"] += row["points"]
-        total["max_points"] += row["max_points"]
+    totals = totals_of(rows)
     report = {**_safe(info), "totals": totals, "results": rows}
     text = json.dumps(report, indent=1, ensure_ascii=False)
     write_text_atomically(out / "grades.csv", table.getvalue())
     write_text_atomically(out / "grades.json", text)
+    return totals

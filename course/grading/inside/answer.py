@@ -29,7 +29,7 @@ from course.grading.inside.argstate import leaves, state_of
 from course.grading.inside.cells import run_cell
 from course.grading.inside.channel import ChannelError, receive, send
 from course.grading.inside.codec import encode, encode_exception
-from course.grading.inside.remote import perform, set_rng_state
+from course.grading.inside.ops import perform, set_rng_state
 
 #: What the checker may ask: the object ops, and two of its own.
 OPS = ("call", "getattr", "setattr", "getitem", "len", "iter", "next", "contains", "repr", "str",
