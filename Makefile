@@ -100,13 +100,13 @@ system: data ## Run the process tier alone (tests/system: torchrun, kernels, jud
 
 notebooks: data ## Re-execute every notebook top to bottom, refresh its .py twin, the student versions and the zh edition
 	@mkdir -p build
-	$(NETGUARD) $(BIN)/python -m course.notebooks build $(NOTEBOOKS)
+	$(NETGUARD) $(BIN)/python -m course.publishing.notebooks build $(NOTEBOOKS)
 	$(MAKE) assignments translations
 
 translations: $(STAMP) ## Update chapters/zh/po/*.po from the English notebooks, rebuild chapters/zh/
-	$(BIN)/python -m course.translate extract
-	$(BIN)/python -m course.translate build
-	$(BIN)/python -m course.translate status
+	$(BIN)/python -m course.publishing.translate extract
+	$(BIN)/python -m course.publishing.translate build
+	$(BIN)/python -m course.publishing.translate status
 
 # make bench SIZE=3840 measures a 3,840-image dataset (generated once under build/bench/3840/data).
 SIZE ?= 0
@@ -130,7 +130,7 @@ grade-me: data ## Grade your own exercise notebook where it is: make grade-me NO
 	$(BIN)/python -m course.grading --self "$(NOTEBOOK)" $(GRADE_FLAGS)
 
 html: $(STAMP) ## Build the tutorial site (Sphinx + myst-nb, both editions) into build/html/
-	$(BIN)/python -m course.site --out build/html
+	$(BIN)/python -m course.publishing.site --out build/html
 
 shards: data ## Write tar shards of the dataset to data/shards/ (chapter 5)
 	$(BIN)/python data_scripts/make_shards.py
@@ -147,10 +147,10 @@ system-deps: ## Install the system parts the tests need (CI fails without them):
 		slurm-wlm munge g++ iproute2 nftables
 
 figures: $(STAMP) ## Rewrite docs/figures.md's chapter table from the notebooks' stored readings (make check fails when it is stale)
-	$(BIN)/python -m course.figures write
+	$(BIN)/python -m course.publishing.figures write
 
 lessons: data ## Run the timing chapters at the learner's sizes and print each figure beside its promise (a benchmark: a quiet machine)
-	$(BIN)/python -m course.figures lessons
+	$(BIN)/python -m course.publishing.figures lessons
 
 bench-ddp: $(STAMP) ## DDP samples/s side by side: 1 rank, 1 rank + 1 worker, 2 ranks strong and weak
 	$(BIN)/python -m common.ddp.bench

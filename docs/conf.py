@@ -1,10 +1,10 @@
-"""Sphinx configuration of the tutorial site: `make html` (``python -m course.site``).
+"""Sphinx configuration of the tutorial site: `make html` (``python -m course.publishing.site``).
 
-The sources are not in this folder: ``course.site`` stages each edition (the executed notebooks,
+The sources are not in this folder: ``course.publishing.site`` stages each edition (the executed notebooks,
 rendered from their stored outputs, plus the index, glossary and troubleshooting pages) into
 ``build/site-src/<edition>/`` and runs Sphinx on it with this folder as the configuration
 directory. What differs between the English and the Chinese edition comes in a small JSON file
-named by ``COMPANION_SITE`` (written by ``course.site``).
+named by ``COMPANION_SITE`` (written by ``course.publishing.site``).
 """
 
 from __future__ import annotations

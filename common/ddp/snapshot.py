@@ -2,10 +2,10 @@
 
 A snapshot holds everything a run needs to continue exactly where it stopped: model,
 optimizer and scheduler state, epoch, optimizer step, the position inside the epoch
-and every rank's RNG state. It is written by rank 0 only, to a temporary file in the
-same folder, flushed to disk (``fsync``) and renamed over the old snapshot with
-``os.replace`` — a rename within one file system is atomic, so a process killed at any
-moment leaves either the old snapshot or the new one, never half of one.
+and every rank's RNG state. It is written by rank 0 only, atomically (``common.atomic_io``: a temporary file
+in the same folder, flushed to disk and renamed over the old snapshot), so a process killed
+at any moment leaves either the old snapshot or the new one, never half of one. This module is
+the resume contract: what a snapshot holds and every check it passes before a run continues.
 
 Loading uses ``torch.load(weights_only=True)``, which unpickles only tensors and plain
 containers: a snapshot file cannot run code. A sha256 over the whole payload (every tensor's
@@ -17,11 +17,11 @@ snapshot is left on disk untouched for inspection.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pickle
 import random
-import tempfile
 import zipfile
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from common.atomic_io import write_atomically
 from common.cli import flag_name
 from common.ddp.process_group import gather_objects, is_main_process, unwrap
 
@@ -86,33 +87,12 @@ def restore_rng_state(state: dict) -> None:
 
 
 def atomic_save(obj: object, path: str | os.PathLike) -> Path:
-    """``torch.save`` to a temporary file beside ``path``, ``fsync``, then ``os.replace``.
-
-    Temporary files left behind by an earlier killed writer are removed first.
+    """``torch.save`` written atomically (``common.atomic_io.write_atomically``): a killed writer
+    leaves the old file; temporary files left behind by an earlier killed writer are removed first.
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):
-        stale.unlink()
-    handle, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            torch.save(obj, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    # Make the rename itself durable: fsync the folder that holds the new name.
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
-    return path
+    return write_atomically(path, functools.partial(torch.save, obj), remove_stale=True)
 
 
 def payload_digest(obj: object) -> str:

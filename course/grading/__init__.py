@@ -1,4 +1,4 @@
-"""Grading submitted exercise notebooks: four processes, and the threat model they answer.
+"""Grading submitted exercise notebooks: six processes at four trust levels, and the threat model.
 
 ``python -m course.grading --submissions DIR --out DIR`` grades every student's notebooks
 (``DIR/<student>/**/<exNN_name>.ipynb``; nbgrader's ``submitted/<student>/<assignment>/``
@@ -11,27 +11,32 @@ Threat model
 A student may hand in any code, written to raise their own or anyone's score. Only a
 submission's answer cells are used, matched by ``grade_id``; everything else, the visible
 and hidden checks included, comes from the instructor source. A submission that is a
-symbolic or hard link is refused, not followed. Four processes, each trusting less::
+symbolic or hard link is refused, not followed. Six processes at four trust levels, each
+level trusting the ones below it less::
 
-    host (the instructor's machine)           | inside the sandbox (bubblewrap), own uid
-                                              |
-    grader  --- JSON lines: per submission -> | judge            passes the check cells on;
-    (grader.py, submission.py, judges.py)     | (inside/judge.py)  first forks a zygote,
-      begin, setup cells, answers, checks     |    |  which imports the setup's modules and
-      keeps only the reply fields it knows    |    |  forks a template per submission
-      writes the report after every judge     |    +-- template  runs the setup cells, never
-      of a notebook is dead                   |    |   (inside/processes.py)  holds a check
-                                              |    |  cell; it forks per exercise:
-                                              |    +-- checker   runs the check cell; the
-                                              |    |   (inside/checker.py)  answer's names
-                                              |    |    |                   are handles
-                                              |    |    | socket: plain data only
-                                              |    |    | (inside/channel.py, codec.py,
-                                              |    |    |  remote.py, argstate.py)
-                                              |    |    v
-                                              |    +-- answer process  runs the answer
-                                              |        (inside/answer.py)  cells, serves
-                                              |                            the checker's calls
+    1. the host: the instructor's uid; runs no student code
+    grader  (grader.py, submission.py, judges.py, report.py)
+      |  ^   JSON lines, one reply per request: begin, setup cells, answers, checks go down;
+      |  |   one request goes up: the judge's "place" {key, pid} (put this checker into the
+      |  |   exercise's cgroups), answered "placed" {ok} before the checker may go on; keeps
+      v  |   only the reply fields it knows; writes the report once every judge is dead
+    ------------------------------------------------------------------------------------------
+    2. inside the sandbox (bubblewrap, a uid of its own): instructor code only, no check kept
+    judge  (inside/judge.py)  reads the requests, passes each check cell on
+      +-- zygote  (inside/processes.py)  forked before any request is read; imports
+          |                              the setup's modules; per submission it forks
+          +-- template  (inside/processes.py)  runs the setup cells, never holds a
+              |                                check cell; per exercise it forks
+    ------------------------------------------------------------------------------------------
+    3. instructor code beside the answer's objects: not dumpable, reports through its own pipe
+              +-- checker  (inside/checker.py)  runs the check cell; the answer's names
+                  |                             are handles
+                  |  a socket: plain data only (inside/channel.py, codec.py, ops.py,
+                  |  remote.py, argstate.py)
+    ------------------------------------------------------------------------------------------
+    4. student code
+                  +-- answer process  (inside/answer.py)  runs the answer cells, serves
+                                                           the checker's calls
 
 - *Who runs what.* The grader never runs student code. The judge runs only instructor
   code. Every checker and answer process is forked from a template, which the judge's zygote
@@ -74,9 +79,9 @@ symbolic or hard link is refused, not followed. Four processes, each trusting le
   ``/etc`` the interpreter and torch need (``ETC``: the linker's cache, ``hosts`` and
   ``nsswitch.conf`` for ``localhost``, the time zone, fonts), the interpreter's prefixes
   (``sys.prefix`` and ``sys.base_prefix``: the venv and the Python it was made from), ``common/``
-  and what runs inside (``course/grading/inside/``, and ``course/checks.py`` with its
-  ``course/messages.py`` and ``course/messages_zh.json``, and ``course/assignments.py`` with its
-  ``course/demo_cells.py``, that the setup cells import). Writable: the working copy, which is
+  and what runs inside (``course/grading/inside/``, and the student runtime ``course/student/`` that
+  the setup cells import); no instructor tooling (``course/assignments/``, ``course/publishing/``, the
+  host side of ``course/grading/``: ``judges.EXPOSED``). Writable: the working copy, which is
   also its private ``/tmp`` and holds an empty HOME, and a ``/dev/shm`` of its own. Nothing else
   exists in it: not the repository (``.git``, ``tests/``, the exercise sources), the submissions,
   the report, another checkout or a backup of the sources, ``/root``, any user's home (``~/.ssh``),
@@ -153,7 +158,8 @@ Host side: ``config`` (what to grade, the report's rows), ``grader`` (submission
 the command line), ``report`` (``grades.csv``, ``grades.json``, feedback), ``text`` (strings
 from a submission, made safe), ``judges`` (starting judges and speaking to them), ``sandbox``
 (bubblewrap's allow-list, setpriv, the file guard), ``uids`` (each judge's uid: fresh as root,
-subordinate for an ordinary user), ``cgroups`` (an exercise's cgroups).
-Inside the sandbox: ``inside/``. The student side (``course.checks``) is what the
+subordinate for an ordinary user), ``cgroups`` (an exercise's cgroups), ``self_grade`` (a learner's
+own notebook, ``--self``).
+Inside the sandbox: ``inside/``. The student runtime (``course.student``) is what the
 exercise notebooks import.
 """

@@ -4,12 +4,13 @@
 submission is read and turned into the judge's requests (``submission``: its answer cells put into
 the instructor source, answers that would run code before the checks refused, answers left as
 handed out only recorded); the requests are run by judges (``judges``) inside the sandbox, and
-each reply becomes a row (``submission.score``). The threat model is in ``course/grading/__init__.py``.
+each reply becomes a row (``submission.score``); ``report`` writes the rows and returns the totals
+``main`` prints. The threat model, with the six processes at their four trust levels and the one
+request that goes up (the judge's ``place``, answered by ``judges``), is in ``course/grading/__init__.py``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import site
 import sys
@@ -37,7 +38,7 @@ from course.grading.sandbox import FileGuard, choose_sandbox
 from course.grading.submission import Prepared, prepare, score, zero_rows
 from course.grading.text import shown
 from course.grading.uids import Subordinate
-from course.messages import notebook_language
+from course.student.messages import notebook_language
 
 
 class SandboxRequired(RuntimeError):
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except CannotGrade as error:
         return fail(shown(error), prog="python -m course.grading")
-    write_report(results, config.out, info)
+    totals = write_report(results, config.out, info)
     print(f"sandbox: {info['sandbox_note']}")
     print(f"limits: {info['limits']}")
     if info["sandbox"] != "bwrap":
@@ -273,12 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'NOTE' if problem['kind'] == 'rebound' else 'WARNING'} {shown(problem['student'])} "
               f"{shown(problem['exercise'])}: {shown(problem['kind'])}: "
               + shown("; ".join(map(str, problem["details"]))), file=sys.stderr)
-    totals = json.loads((config.out / "grades.json").read_text(encoding="utf-8"))["totals"]
     for student, total in totals.items():
         print(f"{shown(student)}: {total['points']:g} / {total['max_points']:g}")
     print(f"report: {config.out / 'grades.csv'} and grades.json")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

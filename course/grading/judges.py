@@ -46,9 +46,9 @@ from course.grading.uids import JudgeUid, Subordinate, choose_subordinate, judge
 #: How the judge is started: no user site, no working directory on sys.path (``-P`` needs 3.11).
 JUDGE = [sys.executable, "-s", "-c", "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
          "from course.grading.inside.judge import main; raise SystemExit(main())"]
-#: What the sandbox shows of the repository: the learner's package and what runs inside.
-EXPOSED = ("common", "pyproject.toml", "course/__init__.py", "course/checks.py", "course/messages.py",
-           "course/messages_zh.json", "course/assignments.py", "course/demo_cells.py", "course/grading/__init__.py",
+#: What the sandbox shows of the repository: the learner's package, the student runtime and what runs
+#: inside; no instructor tooling (``tests/unit/test_layout.py`` checks it).
+EXPOSED = ("common", "pyproject.toml", "course/__init__.py", "course/student", "course/grading/__init__.py",
            "course/grading/inside")
 #: Room in the sandbox's working copy for the setup cells' files, beyond an exercise's ``--file-mb``.
 SETUP_MB = 128

@@ -1,8 +1,8 @@
 """The report: ``grades.csv``, ``grades.json`` and one feedback notebook per student and notebook.
 
 Every string from a submission is written through ``text.shown`` (no surrogate, no control
-character), and each file is written whole to a temporary file and then renamed over the old
-one: a failure leaves the previous report as it was, never a file cut short.
+character), and each file is written atomically (``common.atomic_io``): a failure leaves the
+previous report as it was, never a file cut short.
 """
 
 from __future__ import annotations
@@ -10,17 +10,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 import nbformat
 
+from common.atomic_io import write_text_atomically
 from course.assignments import Exercise, learner_folder, strip_hidden_tests
 from course.grading.config import Result
 from course.grading.text import clean, shown
-from course.messages import ENGLISH, translated
+from course.student.messages import ENGLISH, translated
 
 
 def _safe(value: object) -> object:
@@ -32,21 +31,6 @@ def _safe(value: object) -> object:
     if isinstance(value, list | tuple):
         return [_safe(v) for v in value]
     return value
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file and ``os.replace``."""
-    data = text.encode("utf-8")  # fails here, before any file is touched
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
 
 
 def worked_in(repo: Path, source_path: Path, language: str) -> Path:
@@ -84,7 +68,7 @@ def with_edition_markdown(nb: nbformat.NotebookNode, edition: Path) -> nbformat.
 def write_feedback(nb: nbformat.NotebookNode, exercises: list[Exercise], results: list[Result],
                    path: Path, language: str = ENGLISH) -> None:
     """The answers, and under each check cell (hidden checks removed) its name, points and message,
-    in the submission's ``language`` (``course.messages``)."""
+    in the submission's ``language`` (``course.student.messages``)."""
     rows = {r.exercise.rsplit("/", 1)[1]: r for r in results}
     for exercise in exercises:
         cell, row = nb.cells[exercise.tests_cell], rows[exercise.key]
@@ -95,23 +79,34 @@ def write_feedback(nb: nbformat.NotebookNode, exercises: list[Exercise], results
     for cell in nb.cells:  # the answers as handed in, but encodable (no lone surrogate)
         cell.source = clean(cell.source)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, nbformat.writes(nb))
+    write_text_atomically(path, nbformat.writes(nb))
 
 
-def write_report(results: list[Result], out: Path, info: dict) -> None:
-    """Write ``grades.csv`` and ``grades.json`` (rows, totals per student, sandbox, integrity)."""
+def totals_of(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Points and maximum points per student, over the report's rows (students shown safely)."""
+    totals: dict[str, dict[str, float]] = {}
+    for row in rows:
+        total = totals.setdefault(row["student"], {"points": 0.0, "max_points": 0.0})
+        total["points"] += row["points"]
+        total["max_points"] += row["max_points"]
+    return totals
+
+
+def write_report(results: list[Result], out: Path, info: dict) -> dict[str, dict[str, float]]:
+    """Write ``grades.csv`` and ``grades.json`` (rows, totals per student, sandbox, integrity).
+
+    Returns:
+        The totals per student, as ``grades.json`` holds them.
+    """
     out.mkdir(parents=True, exist_ok=True)
     rows = [_safe(asdict(r)) for r in results]
     table = io.StringIO(newline="")
     writer = csv.DictWriter(table, fieldnames=list(Result.__dataclass_fields__))
     writer.writeheader()
     writer.writerows(rows)
-    totals: dict[str, dict[str, float]] = {}
-    for row in rows:
-        total = totals.setdefault(row["student"], {"points": 0.0, "max_points": 0.0})
-        total["points"] += row["points"]
-        total["max_points"] += row["max_points"]
+    totals = totals_of(rows)
     report = {**_safe(info), "totals": totals, "results": rows}
     text = json.dumps(report, indent=1, ensure_ascii=False)
-    write_atomically(out / "grades.csv", table.getvalue())
-    write_atomically(out / "grades.json", text)
+    write_text_atomically(out / "grades.csv", table.getvalue())
+    write_text_atomically(out / "grades.json", text)
+    return totals

@@ -22,7 +22,7 @@ from pathlib import Path
 from common.paths import repo_root
 from course.assignments import NOTEBOOK_NAME, answer_files, exercises_of, instructor_sources
 from course.grading.text import shown
-from course.messages import CHINESE, ENGLISH, notebook_language, translated
+from course.student.messages import CHINESE, ENGLISH, notebook_language, translated
 
 PROG = "python -m course.grading"
 
@@ -114,6 +114,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"feedback notebook: {config.out / 'feedback' / 'me' / notebook.name}")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

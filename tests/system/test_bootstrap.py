@@ -1,4 +1,4 @@
-"""course.bootstrap: the Colab/Kaggle badge and install cells, on copies of chapters in tmp_path."""
+"""course.publishing.bootstrap: the Colab/Kaggle badge and install cells, on copies of chapters in tmp_path."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import nbformat
 import polib
 import pytest
 
-from course.bootstrap import (
+from course.publishing.bootstrap import (
     BADGE_START,
     Repository,
     badge_source,
@@ -24,8 +24,8 @@ from course.bootstrap import (
     project_urls,
     repository,
 )
-from course.notebooks import build, main
-from course.translate import build_notebook, load_po, po_path, problems_of, update_po
+from course.publishing.notebooks import build, main
+from course.publishing.translate import build_notebook, load_po, po_path, problems_of, update_po
 
 REPO = Path(__file__).resolve().parents[2]
 CHAPTER = "01_pytorch_basics"

@@ -2,7 +2,7 @@
 
 The many cases live in tests/unit/test_cli_contract.py (in-process, fast); here each command is a
 fresh interpreter, so a traceback printed anywhere on the way (imports, ``__main__``, torch) would
-show. Plus ``course.notebooks``, whose import starts pandoc (jupytext) and so cannot be a unit test.
+show. Plus ``course.publishing.notebooks``, whose import starts pandoc (jupytext) and so cannot be a unit test.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_real_commands_refuse_bad_values_in_one_line(tmp_path):
         (["data_scripts/make_shards.py", "--prefix", "../escaped", "--out", str(tmp_path / "o")],
          2, "--prefix"),
         (["data_scripts/make_synthetic_data.py", "--jpeg-quality", "0"], 2, "--jpeg-quality"),
-        (["-m", "course.translate", "status", "--chapters", str(tmp_path / "none")], 2,
+        (["-m", "course.publishing.translate", "status", "--chapters", str(tmp_path / "none")], 2,
          "--chapters"),
         (["-m", "course.grading", "--submissions", str(tmp_path / "subs"), "--sources",
           str(tmp_path / "empty"), "--out", str(tmp_path / "grades")], 2, "--sources"),
@@ -54,7 +54,7 @@ def test_real_commands_refuse_bad_values_in_one_line(tmp_path):
 ])
 def test_course_notebooks_refuses_missing_notebooks_and_bad_timeouts(argv, named, tmp_path,
                                                                      capsys):
-    from course.notebooks import main
+    from course.publishing.notebooks import main
 
     (tmp_path / "notes.txt").write_text("")
     with pytest.raises(SystemExit) as exit_info:

@@ -25,7 +25,7 @@ from course.grading.grader import SandboxRequired, grade, main
 from course.grading.judges import Run
 from course.grading.report import write_report
 from course.grading.submission import graded_notebook, read_submission, score
-from course.translate import zh_dir
+from course.publishing.translate import zh_dir
 from tests.fixtures.submissions.hostile import HOSTILE, HOSTILE_POINTS
 from tests.fixtures.submissions.make_submissions import with_answers
 from tests.system_parts import require_bubblewrap
@@ -224,7 +224,7 @@ def test_failure_messages_say_what_went_wrong(graded):
 
 @pytest.mark.slow
 def test_a_chinese_students_feedback_is_chinese_and_the_report_stays_english(graded):
-    """The language comes from the submission's metadata (course/messages.py), the
+    """The language comes from the submission's metadata (course/student/messages.py), the
     feedback's markdown from chapters/zh/exercises/ (the student version the student worked in);
     grades.csv is the instructor's, in English."""
     rows = [r for r in graded["results"] if r.student == CHINESE_STUDENT]

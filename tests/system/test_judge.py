@@ -162,7 +162,7 @@ def test_an_answer_may_not_define_what_the_checks_call_by_name(tmp_path):
 
 
 def test_not_implemented_at_the_first_call_does_not_skip_the_visible_checks(tmp_path):
-    check = ("from course.assignments import checks\nwith checks('Exercise'):\n    assert f(1) == 2\n"
+    check = ("from course.student.checks import checks\nwith checks('Exercise'):\n    assert f(1) == 2\n"
              "assert f(0) == 0")  # the hidden check alone would pass
     replies, _ = _judge(tmp_path, [_exercise("dodge", "calls = [0]\n\ndef f(x):\n    calls[0] += 1\n"
                                              "    if calls[0] == 1:\n        raise NotImplementedError()\n"

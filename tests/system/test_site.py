@@ -1,4 +1,4 @@
-"""Tests for course/site.py and course/site_pages.py: the Sphinx site, built from tiny notebooks
+"""Tests for course/publishing/site.py and course/publishing/site_pages.py: the Sphinx site, built from tiny notebooks
 (both editions) and once from the repository, checked by a link checker and in a real Chromium."""
 
 from __future__ import annotations
@@ -17,7 +17,14 @@ import pytest
 from nbclient import NotebookClient
 from PIL import Image
 
-from course.site import MARKER, build_site, freeze_widgets, main, parse_first_cell, rewrite_links
+from course.publishing.site import (
+    MARKER,
+    build_site,
+    freeze_widgets,
+    main,
+    parse_first_cell,
+    rewrite_links,
+)
 from tests.browser import Browser, find_chromium
 from tests.system_parts import require
 
@@ -184,7 +191,7 @@ def test_pages_of_both_editions_written_and_unexecuted_notebook_reported(site):
         assert (out / page).is_file(), page
     assert not (out / "chapters" / "03_draft.html").exists()
     assert not (out / "chapters" / "exercises" / "ex02_misplaced.html").exists()
-    assert warnings == ["chapters/03_draft.ipynb: not executed (run `python -m course.notebooks "
+    assert warnings == ["chapters/03_draft.ipynb: not executed (run `python -m course.publishing.notebooks "
                         "build` on it)",
                         "chapters/exercises/ex02_misplaced.ipynb: holds solutions or hidden checks, so it is "
                         "no student version (instructor sources go in exercises/solutions/; `make assignments`)"]
@@ -326,11 +333,11 @@ def test_output_folder_is_rebuilt_but_a_foreign_one_is_refused(site, tiny_repo, 
 def test_the_solutions_are_one_deliberate_flag_away(tiny_repo, tmp_path, monkeypatch):
     """By default the site has the student versions only; ``--solutions`` reaches the build and adds
     the instructor sources (the build itself is the fixture's; one build)."""
-    import course.site
-    from course.site_pages import EDITIONS, find_chapters
+    import course.publishing.site
+    from course.publishing.site_pages import EDITIONS, find_chapters
 
     asked = []
-    monkeypatch.setattr(course.site, "build_site", lambda root, out, **kw: asked.append(kw) or ([], []))
+    monkeypatch.setattr(course.publishing.site, "build_site", lambda root, out, **kw: asked.append(kw) or ([], []))
     assert main(["--root", str(tiny_repo), "--out", str(tmp_path / "html")]) == 0
     assert main(["--root", str(tiny_repo), "--out", str(tmp_path / "html"), "--solutions"]) == 0
     assert asked == [{"with_solutions": False}, {"with_solutions": True}]
@@ -503,7 +510,7 @@ def test_parse_first_cell_reads_the_chinese_guide_sections_line():
 
 
 def test_zh_chapter_takes_its_own_sections_and_its_box_is_chinese(tmp_path):
-    from course.site_pages import EDITIONS, find_chapters, info_box
+    from course.publishing.site_pages import EDITIONS, find_chapters, info_box
 
     (tmp_path / "chapters" / "zh").mkdir(parents=True)
     nbformat.write(executed_by_hand("Chapter 4.1", "beyond the guide (it breaks off in §2.3.1)", "x = 1"),
@@ -522,7 +529,7 @@ def test_zh_chapter_takes_its_own_sections_and_its_box_is_chinese(tmp_path):
 
 
 def test_zh_reverse_map_names_guide_headings_not_the_prose_around_them(tmp_path):
-    from course.site_pages import EDITIONS, Chapter, index_page
+    from course.publishing.site_pages import EDITIONS, Chapter, index_page
 
     chapters = [Chapter("chapters/zh/02_1.ipynb", "chapters/02_1.ipynb", "第2.1章",
                         "§2.2 PyTorch中的数据加载与预处理 · §2.2.1 Dataset与DataLoader类"),
@@ -538,7 +545,7 @@ def test_zh_reverse_map_names_guide_headings_not_the_prose_around_them(tmp_path)
 
 
 def test_every_zh_notebook_has_its_own_chinese_guide_sections():
-    from course.site_pages import EDITIONS, find_chapters
+    from course.publishing.site_pages import EDITIONS, find_chapters
 
     english, _ = find_chapters(REPO, EDITIONS["en"])
     chinese, _ = find_chapters(REPO, EDITIONS["zh"], english=english)

@@ -208,3 +208,52 @@ def external_closure(module: str, modules: dict[str, Path]) -> set[str]:
             elif imported.split(".")[0] not in {m.split(".")[0] for m in modules}:
                 external.add(imported.split(".")[0])
     return external
+
+
+def imports_beyond(modules: dict[str, Path], scope: str, allowed: tuple[str, ...], *,
+                   package: str) -> list[str]:
+    """``"a imports b"`` for each module of ``scope`` that imports, at any depth (``TYPE_CHECKING``
+    and function bodies too), a module of ``package`` outside the ``allowed`` packages; the packages
+    above ``scope`` (run first by Python, whatever imports it) are allowed."""
+    def inside(name: str, prefixes: tuple[str, ...]) -> bool:
+        return any(name == p or name.startswith(f"{p}.") for p in prefixes)
+
+    parents = {".".join(scope.split(".")[:i]) for i in range(1, scope.count(".") + 1)}
+    found = []
+    for name, path in modules.items():
+        if inside(name, (scope,)):
+            used = {m for m in imports(path, modules, top_level=False) if m in modules}
+            found += [f"{name} imports {m}" for m in sorted(used)
+                      if inside(m, (package,)) and not inside(m, allowed) and m not in parents]
+    return sorted(found)
+
+
+def constant(path: Path, name: str) -> object:
+    """The literal a module assigns to ``name`` at its top level (``EXPOSED = (...)``), read with ast."""
+    for node in parse(path).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, ast.AnnAssign) else []
+        if [ast.unparse(t) for t in targets] == [name]:
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{path}: no top-level {name} = ...")
+
+
+def shown_modules(root: Path, modules: dict[str, Path], shown: tuple[str, ...]) -> set[str]:
+    """The modules of ``modules`` whose files lie in ``shown`` (paths relative to ``root``: a file
+    or a folder, as the grader's sandbox shows them)."""
+    places = [root / p for p in shown]
+    return {name for name, path in modules.items()
+            if any(path == place or path.is_relative_to(place) for place in places if place.is_dir()
+                   or place.suffix == ".py")}
+
+
+def unshown_imports(root: Path, modules: dict[str, Path], shown: tuple[str, ...]) -> list[str]:
+    """``"a imports b"`` for each shown module that imports, at any depth, a module of ``modules``
+    that is not shown (it would fail in the sandbox, or the sandbox would have to show tooling)."""
+    visible = shown_modules(root, modules, shown)
+    found = set()
+    for name in visible:
+        parents = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}  # run first
+        found |= {f"{name} imports {m}" for m in imports(modules[name], modules, top_level=False) | parents
+                  if m in modules and m not in visible}
+    return sorted(found)

@@ -18,12 +18,9 @@ from course.assignments import (
     NOT_DONE,
     AssignmentFormatError,
     answer_files,
-    answered,
-    checks,
     exercises_dir,
     exercises_of,
     instructor_sources,
-    main,
     nbgrader_meta,
     rebase_links,
     solutions_dir,
@@ -34,9 +31,10 @@ from course.assignments import (
     work_files,
     write_work_files,
 )
-from course.checks import HINTS, hint_texts, hints
-from course.messages import CHINESE
-from course.translate import zh_dir
+from course.assignments.__main__ import main
+from course.publishing.translate import zh_dir
+from course.student.checks import HINTS, answered, checks, hint_texts, hints
+from course.student.messages import CHINESE
 from tests.helpers import solution_lines
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ process group or a worker exists, most before a model does (a snapshot is read a
 built). ``FOUND_BY_AUDIT`` lists the values the issue-30 audit found let through (some of them trained a tiny
 run), each with the file its fix went into.
 tests/system/test_cli_contract_processes.py runs a few cases as real commands, and
-``course.notebooks`` (jupytext starts pandoc on import).
+``course.publishing.notebooks`` (jupytext starts pandoc on import).
 """
 
 from __future__ import annotations
@@ -67,8 +67,14 @@ def places(tmp_path_factory, tiny_data) -> dict[str, str]:
             "subs": str(root / "subs"), "notes": str(root / "notes.txt")}
 
 
+def _program(module: str):
+    """What ``python -m module`` runs: the module, or a package's ``__main__``."""
+    imported = importlib.import_module(module)
+    return importlib.import_module(f"{module}.__main__") if hasattr(imported, "__path__") else imported
+
+
 def _run(module: str, argv: list[str], capsys) -> tuple[int, str]:
-    main = importlib.import_module(module).main
+    main = _program(module).main
     try:
         code = main(argv)
     except SystemExit as exit_info:
@@ -155,19 +161,19 @@ CASES = [  # (module, argv, exit status, what stderr must name)
      "file.txt"),
     ("common.diagrams.__main__", ["--out", "{file}"], 2, "--out"),
     ("common.diagrams.__main__", ["--only", "bogus"], 2, "--only"),
-    ("course.site", ["--root", "{missing}", "--out", "{site}"], 2, "--root"),
-    ("course.site", ["--root", "{file}", "--out", "{site}"], 2, "--root"),
-    ("course.site", ["--root", "{dir}", "--out", "{site}"], 2, "--root"),
-    ("course.site", ["--out", "{file}"], 2, "--out"),
+    ("course.publishing.site", ["--root", "{missing}", "--out", "{site}"], 2, "--root"),
+    ("course.publishing.site", ["--root", "{file}", "--out", "{site}"], 2, "--root"),
+    ("course.publishing.site", ["--root", "{dir}", "--out", "{site}"], 2, "--root"),
+    ("course.publishing.site", ["--out", "{file}"], 2, "--out"),
     ("common.make_data", ["--root", "/proc/companion/shapes"], 1, "--root"),  # a FileNotFoundError traceback before
-    ("course.site", ["--out", "."], 2, "--out"),  # the repository itself (a ValueError traceback before)
-    ("course.site", ["--out", "/"], 2, "--out"),
-    ("course.translate", ["status", "--chapters", "{missing}"], 2, "--chapters"),
-    ("course.translate", ["status", "--chapters", "{file}"], 2, "--chapters"),
-    ("course.translate", ["status", "--chapters", "{dir}"], 2, "--chapters"),
-    ("course.translate", ["status", "--notebooks", "99_nothing.ipynb"], 2, "--notebooks"),
-    ("course.translate", ["check", "--notebooks", "99_nothing.ipynb"], 2, "--notebooks"),
-    ("course.translate", ["extract", "--notebooks", "../README.md"], 2, "--notebooks"),
+    ("course.publishing.site", ["--out", "."], 2, "--out"),  # the repository itself (a ValueError traceback before)
+    ("course.publishing.site", ["--out", "/"], 2, "--out"),
+    ("course.publishing.translate", ["status", "--chapters", "{missing}"], 2, "--chapters"),
+    ("course.publishing.translate", ["status", "--chapters", "{file}"], 2, "--chapters"),
+    ("course.publishing.translate", ["status", "--chapters", "{dir}"], 2, "--chapters"),
+    ("course.publishing.translate", ["status", "--notebooks", "99_nothing.ipynb"], 2, "--notebooks"),
+    ("course.publishing.translate", ["check", "--notebooks", "99_nothing.ipynb"], 2, "--notebooks"),
+    ("course.publishing.translate", ["extract", "--notebooks", "../README.md"], 2, "--notebooks"),
     ("course.assignments", ["list", "--sources", "{missing}"], 2, "--sources"),
     ("course.assignments", ["list", "--sources", "{file}"], 2, "--sources"),
     ("course.assignments", ["list", "--sources", "{dir}"], 2, "--sources"),  # was rc 1, unnamed
@@ -275,14 +281,14 @@ def test_a_repacked_shard_is_refused_before_a_worker_starts(places, tmp_path, ca
 
 def test_a_folder_holding_the_site_staging_of_a_user_is_left_alone(places, capsys):
     user_file = Path(places["user_file"])
-    code, err = _run("course.site", ["--out", places["site"]], capsys)
+    code, err = _run("course.publishing.site", ["--out", places["site"]], capsys)
     assert code == 1 and "site-src" in err and "Traceback" not in err
     assert user_file.read_text() == "the user's own notes\n"  # not deleted
     assert not any(Path(places["site"]).iterdir())  # --out untouched too
 
 
 def test_the_site_staging_folder_is_stamped_and_reused(tmp_path):
-    from course.site import MARKER, prepare_work
+    from course.publishing.site import MARKER, prepare_work
 
     prepare_work(tmp_path / "w")  # new: created and stamped
     (tmp_path / "w" / "en").mkdir()
@@ -290,7 +296,7 @@ def test_the_site_staging_folder_is_stamped_and_reused(tmp_path):
     assert (tmp_path / "w" / MARKER).is_file()
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "x").write_text("")
-    with pytest.raises(FileExistsError, match="not written by course.site"):
+    with pytest.raises(FileExistsError, match="not written by course.publishing.site"):
         prepare_work(tmp_path / "other")
 
 
@@ -324,10 +330,11 @@ def test_a_manifest_without_classes_bounds_labels_by_num_classes(places):
 
 
 def test_the_translation_status_of_one_notebook_is_that_notebook(capsys):
-    from course import translate
+    from course.publishing import translate
+    from course.publishing.translate.__main__ import main
 
     notebook = translate.english_notebooks()[0]
-    assert translate.main(["status", "--notebooks", notebook]) == 0
+    assert main(["status", "--notebooks", notebook]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1 and notebook in lines[0]
 

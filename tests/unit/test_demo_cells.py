@@ -1,4 +1,4 @@
-"""course.demo_cells: a cell tagged ``demo`` is skipped by the grader, and a source in which a
+"""course.assignments.demo_cells: a cell tagged ``demo`` is skipped by the grader, and a source in which a
 later cell needs what a demo cell binds is refused."""
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
-"""course/figures.py: docs/figures.md's chapter table is what the notebooks' stored outputs print."""
+"""course/publishing/figures/: docs/figures.md's chapter table is what the notebooks' stored outputs print."""
 
 from __future__ import annotations
 
 import nbformat
 import pytest
 
+from common.paths import repo_root
 from common.readings import Machine, Reading
-from course import figures
+from course.publishing import figures
 
-REPO = figures.repo_root()
+REPO = repo_root()
 
 
 def _notebook(*texts: str) -> nbformat.NotebookNode:

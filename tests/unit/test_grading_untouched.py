@@ -11,7 +11,7 @@ import pytest
 from course.assignments import exercises_dir, exercises_of, solutions_dir, student_version
 from course.grading import grader, submission
 from course.grading.config import GradingConfig
-from course.translate import zh_dir
+from course.publishing.translate import zh_dir
 
 NAME = "ex01_pytorch_basics.ipynb"
 

@@ -150,6 +150,80 @@ def test_no_module_in_common_imports_an_entry_point():
     assert layout.entry_point_imports(REPO, modules, "common") == []
 
 
+def test_no_module_in_course_imports_an_entry_point():
+    """A program another module needs is a package: its library in ``__init__``, its command line in
+    ``__main__`` (``course.assignments``, ``course.publishing.translate``, ``course.publishing.figures``)."""
+    modules = layout.module_files(REPO)
+    entries = layout.entry_points(REPO, modules)
+    assert {"course.assignments.__main__", "course.publishing.translate.__main__", "course.publishing.site",
+            "course.grading.__main__"} <= entries
+    assert not {"course.assignments", "course.publishing.translate", "course.publishing.figures"} & entries
+    assert layout.entry_point_imports(REPO, modules, "course") == []
+
+
+def test_a_library_package_with_its_program_in_main_passes_and_its_main_is_caught(tmp_path):
+    package = {"pkg/__init__.py": "", "pkg/tool/__init__.py": "def build():\n    pass\n",
+               "pkg/tool/__main__.py": "from pkg.tool import build\n\nbuild()\n"}
+    fine = _tree(tmp_path / "fine", {**package, "pkg/user.py": "from pkg.tool import build\n"})
+    assert layout.entry_point_imports(tmp_path / "fine", fine, "pkg") == []
+    broken = _tree(tmp_path / "broken", {**package, "pkg/user.py": "from pkg.tool.__main__ import build\n"})
+    assert layout.entry_point_imports(tmp_path / "broken", broken, "pkg") == ["pkg.user imports pkg.tool.__main__"]
+
+
+#: The student runtime: what the exercise notebooks import at run time, in the kernel and the sandbox.
+STUDENT = "course.student"
+
+
+def test_the_student_runtime_imports_nothing_of_the_instructor_tooling():
+    modules = layout.module_files(REPO)
+    assert {f"{STUDENT}.checks", f"{STUDENT}.messages"} <= set(modules)
+    assert layout.imports_beyond(modules, STUDENT, (STUDENT,), package="course") == []
+
+
+def test_an_import_of_instructor_tooling_by_the_runtime_is_found_in_a_tree(tmp_path):
+    modules = _tree(tmp_path, {
+        "pkg/__init__.py": "", "pkg/runtime/__init__.py": "", "pkg/runtime/messages.py": "",
+        "pkg/runtime/checks.py": "from typing import TYPE_CHECKING\nimport json\nfrom pkg.runtime import messages\n"
+                                 "if TYPE_CHECKING:\n    from pkg.tooling import Exercise\n\n"
+                                 "def late():\n    import pkg.grader\n",
+        "pkg/tooling.py": "from pkg.runtime.checks import late\n", "pkg/grader.py": ""})
+    assert layout.imports_beyond(modules, "pkg.runtime", ("pkg.runtime",), package="pkg") == [
+        "pkg.runtime.checks imports pkg.grader", "pkg.runtime.checks imports pkg.tooling"]
+
+
+def _exposed() -> tuple[str, ...]:
+    return layout.constant(REPO / "course" / "grading" / "judges.py", "EXPOSED")
+
+
+def test_the_sandbox_shows_the_runtime_and_common_and_no_instructor_tooling():
+    """``judges.EXPOSED``: what student code can read. Everything shown imports only what is shown,
+    and what the exercise notebooks import of ``course`` is the student runtime."""
+    modules = layout.module_files(REPO)
+    shown = layout.shown_modules(REPO, modules, _exposed())
+    assert {f"{STUDENT}.checks", "course.grading.inside.judge", "common.data"} <= shown
+    tooling = {m for m in shown if m.startswith(("course.assignments", "course.publishing"))
+               or (m.startswith("course.grading.") and not m.startswith("course.grading.inside"))}
+    assert not tooling
+    assert layout.unshown_imports(REPO, modules, _exposed()) == []
+    for twin in sorted((REPO / "chapters" / "exercises" / "solutions").glob("ex[0-9][0-9]_*.py")):
+        used = {m for m in layout.imports(twin, modules, top_level=False) if m.startswith("course")}
+        assert used and used <= shown, f"{twin.name} imports {used - shown}, which the sandbox does not show"
+
+
+def test_a_shown_module_importing_an_unshown_one_is_found_in_a_tree(tmp_path):
+    modules = _tree(tmp_path, {
+        "pkg/__init__.py": "", "pkg/runtime/__init__.py": "", "pkg/runtime/checks.py": "",
+        "pkg/inside/__init__.py": "", "pkg/inside/judge.py": "def late():\n    from pkg.tooling import x\n",
+        "pkg/tooling.py": "x = 1\n"})
+    shown = ("pkg/__init__.py", "pkg/runtime", "pkg/inside")
+    assert layout.shown_modules(tmp_path, modules, shown) == {
+        "pkg", "pkg.runtime", "pkg.runtime.checks", "pkg.inside", "pkg.inside.judge"}
+    assert layout.unshown_imports(tmp_path, modules, shown) == ["pkg.inside.judge imports pkg.tooling"]
+    assert layout.unshown_imports(tmp_path, modules, shown[1:]) == [  # a package's parent runs first
+        "pkg.inside imports pkg", "pkg.inside.judge imports pkg", "pkg.inside.judge imports pkg.tooling",
+        "pkg.runtime imports pkg", "pkg.runtime.checks imports pkg"]
+
+
 def test_no_two_library_functions_share_a_name_with_other_parameters():
     modules = layout.module_files(REPO, ("common", "course"))
     assert layout.shared_function_names(REPO, modules) == []
@@ -205,7 +279,7 @@ def test_the_run_log_writes_no_model():
 
 
 def test_what_runs_inside_the_sandbox_imports_nothing_of_the_host_side():
-    """The sandbox shows only ``course/grading/inside/`` (and the student-side ``course.checks``)."""
+    """The sandbox shows ``course/grading/inside/`` (and the student runtime, ``course/student/``)."""
     for name, imported in _course_imports().items():
         if name.startswith("course.grading.inside"):
             outside = {m for m in imported if not m.startswith("course.grading.inside")}

@@ -1,7 +1,7 @@
-"""course.messages: every check message has a Chinese entry, and a Chinese student sees Chinese.
+"""course.student.messages: every check message has a Chinese entry, and a Chinese student sees Chinese.
 
 The exercises' code is the same in both editions; their messages are translated when shown, by
-``course.checks`` in the student's kernel and by the grader in the feedback notebooks.
+``course.student.checks`` in the student's kernel and by the grader in the feedback notebooks.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import checks as checks_module
 from course.assignments import (
     exercises_dir,
     exercises_of,
@@ -25,7 +24,9 @@ from course.grading.config import GradingConfig
 from course.grading.grader import grade_notebook
 from course.grading.judges import Run
 from course.grading.submission import score
-from course.messages import (
+from course.publishing.translate import LANGUAGE, zh_dir
+from course.student import checks as checks_module
+from course.student.messages import (
     CHINESE,
     ENGLISH,
     LANGUAGE_VARIABLE,
@@ -35,7 +36,6 @@ from course.messages import (
     notebook_language,
     translated,
 )
-from course.translate import LANGUAGE, zh_dir
 
 SOURCES = instructor_sources()
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -54,7 +54,7 @@ def _check_code(path: Path) -> list[str]:
 
 
 def _used_keys() -> dict[str, str]:
-    """Each message key of the exercises' checks and of ``course/checks.py``, with where it is."""
+    """Each message key of the exercises' checks and of ``course/student/checks.py``, with where it is."""
     used = {key: Path(checks_module.__file__).name
             for key in message_keys(Path(checks_module.__file__).read_text(encoding="utf-8"))}
     for path in SOURCES:
@@ -70,7 +70,7 @@ def test_every_message_a_check_can_fail_with_has_a_chinese_entry():
     used, table = _used_keys(), catalogue(CHINESE)
     assert len(used) > 100, "the exercises' messages were not found"
     missing = {key: where for key, where in used.items() if key not in table}
-    assert not missing, f"add these to course/messages_zh.json: {missing}"
+    assert not missing, f"add these to course/student/messages_zh.json: {missing}"
 
 
 def test_every_chinese_entry_is_chinese_and_keeps_its_values():

@@ -1,4 +1,4 @@
-"""course.notebooks build: a timing measured on a busy machine is not stored (common/readings.py says why)."""
+"""course.publishing.notebooks build: a timing measured on a busy machine is not stored (common/readings.py says why)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import nbformat
 import pytest
 
 from common.readings import Machine, Reading
-from course import notebooks
+from course.publishing import notebooks
 
 
 def _reading(load: float) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from course.site_pages import EDITIONS
+from course.publishing.site_pages import EDITIONS
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = {"en": REPO / "docs" / "parallelism.md", "zh": REPO / "docs" / "parallelism.zh-CN.md"}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from course.translate import required
+from course.publishing.translate import required
 
 REPO = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted(p.name for p in (REPO / "chapters").glob("*.ipynb"))

@@ -1,9 +1,9 @@
-"""course.site_pages without Sphinx: what a staged page may load."""
+"""course.publishing.site_pages without Sphinx: what a staged page may load."""
 
 from __future__ import annotations
 
-from course.bootstrap import badge_source, repository
-from course.site_pages import local_only
+from course.publishing.bootstrap import badge_source, repository
+from course.publishing.site_pages import local_only
 
 
 def test_remote_badges_become_text_links_and_local_images_stay():

@@ -11,8 +11,9 @@ import nbformat
 import polib
 import pytest
 
-from course import code_comments, translate, translate_comments
 from course.assignments import exercises_of, is_student_version
+from course.publishing import code_comments, translate, translate_comments
+from course.publishing.translate import __main__ as translate_cli
 
 REPO = Path(__file__).resolve().parents[2]
 CHAPTERS = REPO / "chapters"
@@ -45,7 +46,7 @@ def _prose(markdown: str) -> str:
 
 
 def test_every_english_notebook_is_required_or_reported_pending(capsys):
-    assert translate.main(["status"]) == 0
+    assert translate_cli.main(["status"]) == 0
     lines = capsys.readouterr().out.splitlines()
     notebooks = translate.english_notebooks(CHAPTERS)
     assert set(REQUIRED) <= set(notebooks), f"TRANSLATED lists unknown notebooks: {REQUIRED}"
@@ -278,7 +279,7 @@ def test_glossary_check_fails_on_a_copy_without_the_term(tmp_path):
     entry.msgstr = entry.msgstr.replace("world size（进程总数）", "进程数").replace("world size", "进程数")
     index = int(entry.msgctxt.rsplit("#", 1)[1])
     po.save()
-    assert translate.main(["build", "--chapters", str(chapters)]) == 0
+    assert translate_cli.main(["build", "--chapters", str(chapters)]) == 0
     pairs = _pairs(notebook, chapters)
     assert [p for p in glossary_problems(pairs, notebook) if f"cell #{index} " in p and "world size" in p]
     assert [p for p in gloss_problems(pairs, notebook) if "'rank'" in p]
@@ -291,7 +292,7 @@ def _copy_of(tmp_path: Path, notebook: str) -> Path:
     shutil.copy(CHAPTERS / notebook, chapters / notebook)
     shutil.copy(translate.po_path(notebook, CHAPTERS), translate.po_path(notebook, chapters))
     (chapters / "zh" / "TRANSLATED").write_text(notebook + "\n")
-    assert translate.main(["build", "--chapters", str(chapters)]) == 0
+    assert translate_cli.main(["build", "--chapters", str(chapters)]) == 0
     return chapters
 
 
@@ -307,8 +308,8 @@ def test_a_changed_or_new_english_cell_fails_naming_notebook_and_cell(tmp_path, 
     before_extract = " ".join(translate.check(notebook, chapters))
     assert f"{notebook} cell #{changed} " in before_extract and "English changed" in before_extract
 
-    assert translate.main(["extract", "--chapters", str(chapters)]) == 0
-    assert translate.main(["check", "--chapters", str(chapters)]) == 1
+    assert translate_cli.main(["extract", "--chapters", str(chapters)]) == 0
+    assert translate_cli.main(["check", "--chapters", str(chapters)]) == 1
     err = capsys.readouterr().err
     assert f"{notebook} cell #{changed} " in err and "fuzzy" in err
     assert f"{notebook} cell #{changed + 1} " in err and "not translated" in err
@@ -319,7 +320,7 @@ def test_a_changed_or_new_english_cell_fails_naming_notebook_and_cell(tmp_path, 
                              translate.context(notebook, changed + 1)):
             entry.msgstr, entry.flags = "新的中文译文，补上了这一段。", []
     po.save()
-    assert translate.main(["build", "--chapters", str(chapters)]) == 0
+    assert translate_cli.main(["build", "--chapters", str(chapters)]) == 0
     assert translate.check(notebook, chapters) == []
 
 
@@ -329,7 +330,7 @@ def test_extract_keeps_translations_of_moved_cells(tmp_path):
     nb = nbformat.read(chapters / notebook, as_version=4)
     nb.cells.insert(1, nbformat.v4.new_code_cell("x = 1"))
     nbformat.write(nb, chapters / notebook)
-    assert translate.main(["extract", "--chapters", str(chapters)]) == 0
+    assert translate_cli.main(["extract", "--chapters", str(chapters)]) == 0
     problems = translate.problems_of(notebook, nb, translate.load_po(notebook, chapters))
     assert problems == []  # every cell moved by one index and kept its translation
 
@@ -375,7 +376,7 @@ def test_a_student_version_is_refused_for_translation_naming_its_instructor_sour
     """The exercises are translated from their instructor sources; the Chinese student versions are
     built from those translations (and checked: `translate check`), never translated themselves."""
     with pytest.raises(SystemExit) as refused:
-        translate.main(["check", "--notebooks", "exercises/ex01_pytorch_basics.ipynb"])
+        translate_cli.main(["check", "--notebooks", "exercises/ex01_pytorch_basics.ipynb"])
     assert refused.value.code == 2
     assert "exercises/solutions/ex01_pytorch_basics.ipynb" in capsys.readouterr().err
     assert translate.zh_student_version("exercises/solutions/ex01_pytorch_basics.ipynb") == \

@@ -8,8 +8,9 @@ from pathlib import Path
 import nbformat
 import polib
 
-from course import code_comments, translate, translate_comments
 from course.assignments import NOT_DONE
+from course.publishing import code_comments, translate, translate_comments
+from course.publishing.translate import __main__ as translate_cli
 
 REPO = Path(__file__).resolve().parents[2]
 CELL = '''# Build the table
@@ -129,7 +130,7 @@ def test_check_fails_on_an_untranslated_comment_and_the_english_stays(tmp_path, 
     entry = next(e for e in po if e.msgctxt == f"{notebook}#comment")
     english, entry.msgstr = entry.msgid, ""
     po.save()
-    assert translate.main(["build", "--chapters", str(chapters)]) == 1
+    assert translate_cli.main(["build", "--chapters", str(chapters)]) == 1
     err = capsys.readouterr().err
     assert f"{notebook} cell #2 block comment" in err and "not translated yet" in err
     zh = nbformat.read(chapters / "zh" / notebook, as_version=4)
@@ -140,7 +141,7 @@ def test_check_fails_on_an_untranslated_comment_and_the_english_stays(tmp_path, 
     code.source += "\n# A brand-new comment."
     nbformat.write(nb, chapters / notebook)
     assert any("new since the last extract" in p for p in translate.check(notebook, chapters))
-    assert translate.main(["extract", "--chapters", str(chapters)]) == 0
+    assert translate_cli.main(["extract", "--chapters", str(chapters)]) == 0
     po = polib.pofile(str(translate.po_path(notebook, chapters)), wrapwidth=0)
     added = [e for e in po if e.msgid == "A brand-new comment."]
     assert [(e.msgctxt, e.msgstr) for e in added] == [(f"{notebook}#comment", "")]

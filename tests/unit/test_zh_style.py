@@ -2,8 +2,8 @@
 
 Every Chinese text the project ships is read here: the ``msgstr`` of ``chapters/zh/po/*.po`` (markdown cells,
 code comments, docstrings), README.zh-CN.md, TROUBLESHOOTING.zh-CN.md, ``docs/*.zh-CN.md``, GLOSSARY.md's
-Chinese, ``course/messages_zh.json``, the comments of ``chapters/zh/scripts/`` and of the exercises' work files
-(``chapters/zh/exercises/**/exNN_work/*.py``) and the Chinese site's labels (``course/site_pages.py``). Code (fenced blocks, inline code, link targets, tags) is left out: the rules are
+Chinese, ``course/student/messages_zh.json``, the comments of ``chapters/zh/scripts/`` and of the exercises' work files
+(``chapters/zh/exercises/**/exNN_work/*.py``) and the Chinese site's labels (``course/publishing/site_pages.py``). Code (fenced blocks, inline code, link targets, tags) is left out: the rules are
 about the prose.
 
 The rules are tables, so that a new chapter written on another machine, or a new translator, cannot bring
@@ -20,7 +20,7 @@ the drift back, and so that each forbidden variant has a failing example below:
   no Chinese): a new comment in an English script must get its ``.po`` entry translated.
 
 To fix a finding, edit the ``msgstr`` in the ``.po`` file (never the built notebook) and run
-``python -m course.translate build``; for a doc, edit the doc.
+``python -m course.publishing.translate build``; for a doc, edit the doc.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from pathlib import Path
 import polib
 import pytest
 
-from course import code_comments, translate_comments
-from course.site_pages import EDITIONS
+from course.publishing import code_comments, translate_comments
+from course.publishing.site_pages import EDITIONS
 
 REPO = Path(__file__).resolve().parents[2]
 PO_DIR = REPO / "chapters" / "zh" / "po"
@@ -200,8 +200,8 @@ def glossary_texts() -> list[Text]:
 
 
 def message_texts() -> list[Text]:
-    messages = json.loads((REPO / "course" / "messages_zh.json").read_text(encoding="utf-8"))
-    return [Text("course/messages_zh.json", english[:50], prose(chinese), False, english)
+    messages = json.loads((REPO / "course" / "student" / "messages_zh.json").read_text(encoding="utf-8"))
+    return [Text("course/student/messages_zh.json", english[:50], prose(chinese), False, english)
             for english, chinese in messages.items()]
 
 
@@ -223,9 +223,9 @@ def script_texts() -> list[Text]:
 
 
 def site_texts() -> list[Text]:
-    """The Chinese site's own words (headings, notes, page titles): ``course.site_pages``' zh labels."""
+    """The Chinese site's own words (headings, notes, page titles): ``course.publishing.site_pages``' zh labels."""
     labels = EDITIONS["zh"].labels
-    return [Text("course/site_pages.py", f"zh label {key}", prose(text), False) for key, text in labels.items()
+    return [Text("course/publishing/site_pages.py", f"zh label {key}", prose(text), False) for key, text in labels.items()
             if CJK.search(text)]
 
 
@@ -295,7 +295,7 @@ def english_comments(file: str, source: str) -> list[str]:
         if len(words) >= ENGLISH_WORDS:
             line = source[:comment.start].count("\n") + 1
             found.append(f"{file}: line {line}: an English {comment.kind} {comment.text.splitlines()[0][:50]!r}: "
-                         "translate its entry in chapters/zh/po/, then run `python -m course.translate build`")
+                         "translate its entry in chapters/zh/po/, then run `python -m course.publishing.translate build`")
     return found
 
 
@@ -340,7 +340,7 @@ def _shipped(texts: list[Text]) -> list[Text]:
 
 @pytest.mark.parametrize("rule", TERMS, ids=TERM_NAMES)
 def test_each_forbidden_variant_fails_and_the_chosen_form_passes(rule):
-    file = "chapters/zh/po/ex01_x.po" if "ex" in rule.only else "course/messages_zh.json" if rule.only else "x.po"
+    file = "chapters/zh/po/ex01_x.po" if "ex" in rule.only else "course/student/messages_zh.json" if rule.only else "x.po"
     bad = term_findings(Text(file, "x#1", rule.bad, True))
     assert bad and all(f": {rule.name}: " in f for f in bad), f"{rule.bad!r} passes the {rule.name} rule"
     assert term_findings(Text(file, "x#1", rule.good, True)) == [], rule.good
@@ -392,8 +392,8 @@ def test_an_english_comment_or_docstring_left_in_a_chinese_script_fails():
 
 def test_every_shipped_chinese_text_is_read(texts):
     files = {t.file for t in texts}
-    assert {"README.zh-CN.md", "TROUBLESHOOTING.zh-CN.md", "GLOSSARY.md", "course/messages_zh.json",
-            "course/site_pages.py"} <= files
+    assert {"README.zh-CN.md", "TROUBLESHOOTING.zh-CN.md", "GLOSSARY.md", "course/student/messages_zh.json",
+            "course/publishing/site_pages.py"} <= files
     assert len([f for f in files if f.endswith(".po")]) >= 20
     assert [f for f in files if f.startswith("chapters/zh/scripts/")]
     assert [f for f in files if f.startswith("chapters/zh/exercises/solutions/ex06_work/")]

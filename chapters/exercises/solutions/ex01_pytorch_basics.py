@@ -46,8 +46,7 @@ import torch
 from torch import nn
 
 from common import SmallCNN, count_parameters, get_device, seed_everything
-from course.assignments import checks
-from course.checks import hints
+from course.student.checks import checks, hints
 
 seed_everything(0)
 hint = hints("ex01_pytorch_basics")  # hint("ex2", 1): the first hint of Exercise 2

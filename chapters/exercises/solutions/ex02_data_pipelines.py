@@ -55,8 +55,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets, transforms
 
 from common import CustomImageDataset, SyntheticConfig, ensure_data, get_device, seed_everything
-from course.assignments import checks
-from course.checks import hints
+from course.student.checks import checks, hints
 
 generator = seed_everything(0)
 hint = hints("ex02_data_pipelines")  # hint("ex2", 1): the first hint of Exercise 2

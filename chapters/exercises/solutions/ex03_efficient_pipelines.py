@@ -60,8 +60,7 @@ from common import (
     get_device,
     seed_everything,
 )
-from course.assignments import checks
-from course.checks import hints
+from course.student.checks import checks, hints
 
 seed_everything(0)
 hint = hints("ex03_efficient_pipelines")  # hint("ex2", 1): the first hint of Exercise 2

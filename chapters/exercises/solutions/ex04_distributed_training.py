@@ -61,8 +61,7 @@ from torch.utils.data import DistributedSampler
 from common import get_device, seed_everything
 from common.ddp.launch import launch_env, torchrun_command
 from common.source import show_file
-from course.assignments import checks
-from course.checks import hints
+from course.student.checks import checks, hints
 
 seed_everything(0)
 device = get_device()

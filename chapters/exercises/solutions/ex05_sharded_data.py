@@ -64,8 +64,7 @@ from common import (
 from common.shards import ShardedImageDataset, ensure_shards, read_manifest
 from common.source import show_file
 from common.synthetic import SyntheticConfig
-from course.assignments import checks
-from course.checks import hints
+from course.student.checks import checks, hints
 
 seed_everything(0)
 hint = hints("ex05_sharded_data")  # hint("ex2", 1): the first hint of Exercise 2

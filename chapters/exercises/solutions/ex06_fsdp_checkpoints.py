@@ -55,8 +55,7 @@ import torch
 
 from common import get_device, seed_everything
 from common.source import show_file
-from course.assignments import checks
-from course.checks import hints
+from course.student.checks import checks, hints
 
 seed_everything(0)
 device = get_device()

@@ -78,8 +78,7 @@ from common.device import plan_device
 from common.digits import to_uint8, write_digits_folder
 from common.layouts import csv_data
 from common.source import show_file
-from course.assignments import checks
-from course.checks import hints
+from course.student.checks import checks, hints
 
 seed_everything(0)
 hint = hints("ex07_your_data")  # hint("ex2", 1): the first hint of Exercise 2

@@ -13,5 +13,6 @@ this folder of ``course/grading/``. The threat model is in the docstring of
 - ``cells``: running a cell's code and saying why it failed;
 - ``space``: the same room on disk for every exercise, and saying when it filled;
 - ``channel``, ``codec``, ``remote``, ``argstate``: the data-only channel between the checker
-  and the answer process (framing, values as plain trees, handles, argument state).
+  and the answer process (framing, values as plain trees, handles, argument state);
+- ``ops``: what either end performs for the other, and the random state each request carries.
 """

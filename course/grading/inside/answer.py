@@ -29,14 +29,14 @@ from course.grading.inside.argstate import leaves, state_of
 from course.grading.inside.cells import run_cell
 from course.grading.inside.channel import ChannelError, receive, send
 from course.grading.inside.codec import encode, encode_exception
-from course.grading.inside.remote import perform, set_rng_state
+from course.grading.inside.ops import perform, set_rng_state
 
 #: What the checker may ask: the object ops, and two of its own.
 OPS = ("call", "getattr", "setattr", "getitem", "len", "iter", "next", "contains", "repr", "str",
        "copy", "deepcopy", "pickle", "names", "rebound")
 #: Modules and classes whose rebinding the integrity record names (in this process only).
 RECORDED_MODULES = ("builtins", "torch", "torch.nn", "torch.nn.functional", "numpy", "numpy.testing",
-                    "math", "pickle", "copy", "course.checks", "course.assignments")
+                    "math", "pickle", "copy", "course.student.checks")
 RECORDED_TYPES = ("torch.Tensor", "torch.nn.Module", "numpy.ndarray")
 
 

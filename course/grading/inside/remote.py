@@ -31,10 +31,8 @@ answer's code, and ``isinstance`` holds only for pure-Python classes (``nn.Modul
 from __future__ import annotations
 
 import builtins
-import copy
 import io
 import pickle
-import random
 import socket
 import sys
 import types
@@ -50,35 +48,11 @@ from course.grading.inside.channel import (
     send,
 )
 from course.grading.inside.codec import claimable, claimable_by_handle, decode, is_plain
+from course.grading.inside.ops import perform, rng_state
 
 #: What the answer process may ask of the checker's objects (public attributes only).
 PEER_OPS = ("call", "getattr", "getitem", "len", "iter", "next", "contains", "repr", "str")
 _CURRENT: list[Answer] = []
-
-
-def rng_state() -> tuple:
-    """The checker's random state, sent with every request: each call starts from it. One way
-    only: the answer's draws (or seeds) never move the checker's generators."""
-    state = [random.getstate()]
-    if "numpy" in sys.modules:
-        state.append(sys.modules["numpy"].random.get_state())
-    if "torch" in sys.modules:
-        state.append(sys.modules["torch"].get_rng_state())
-    return tuple(state)
-
-
-def set_rng_state(state: tuple | None) -> None:
-    """Take the random state a request brought (``rng_state`` of the other side); None: keep."""
-    if state is None:
-        return
-    try:
-        random.setstate(state[0])
-        if len(state) > 1 and "numpy" in sys.modules:
-            sys.modules["numpy"].random.set_state(state[1])
-        if len(state) > 2 and "torch" in sys.modules:
-            sys.modules["torch"].set_rng_state(state[2])
-    except (TypeError, ValueError, RuntimeError, IndexError) as error:
-        raise ChannelError(f"the answer's process sent an invalid random state ({error})") from None
 
 
 def becomes_peer(value: object) -> bool:
@@ -322,35 +296,3 @@ class Answer:
             self._send(("ret", ok, value, rng_state()))
         except Exception as error:  # noqa: BLE001 - e.g. an exception that does not pickle
             self._send(("ret", False, RuntimeError(f"{type(error).__name__}: {error}"), rng_state()))
-
-
-def perform(op: str, obj: object, args: tuple) -> object:
-    """Do one request on an object (either side)."""
-    if op == "call":
-        return obj(*args[0], **args[1])
-    if op == "getattr":
-        return getattr(obj, args[0])
-    if op == "setattr":
-        setattr(obj, args[0], args[1])
-        return None
-    if op == "getitem":
-        return obj[args[0]]
-    if op == "len":
-        return len(obj)
-    if op == "iter":
-        return iter(obj)
-    if op == "next":
-        return next(obj)
-    if op == "contains":
-        return args[0] in obj
-    if op == "repr":
-        return repr(obj)
-    if op == "str":
-        return str(obj)
-    if op == "copy":
-        return copy.copy(obj)
-    if op == "deepcopy":
-        return copy.deepcopy(obj)
-    if op == "pickle":
-        return pickle.loads(pickle.dumps(obj))  # the answer's own object, in its process
-    raise ValueError(f"unknown request {op!r}")

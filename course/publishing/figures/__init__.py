@@ -1,4 +1,4 @@
-"""The chapters' figures, read from their stored outputs: ``python -m course.figures write|check|lessons``.
+"""The chapters' figures, read from their stored outputs: ``python -m course.publishing.figures write|check|lessons``.
 
 Every timing a chapter quotes is printed by a cell as a reading (``common.readings.read_figure``)::
 
@@ -13,20 +13,17 @@ Every timing a chapter quotes is printed by a cell as a reading (``common.readin
   lessons``). It is a benchmark: run it on a quiet machine; it exits 1 when a promise failed on a
   machine that was not busy.
 - ``busy_readings`` names the readings of a notebook measured on a busy machine (more runnable work
-  than cores): ``python -m course.notebooks build`` refuses to store those outputs.
+  than cores): ``python -m course.publishing.notebooks build`` refuses to store those outputs.
 """
 
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-from common.cli import option, parse_dataclass_args
-from common.paths import chapters_dir, repo_root
 from common.readings import FIGURE_LINE, MACHINE_PART
 
 #: The lines between which ``write`` puts the table.
@@ -132,42 +129,3 @@ def run_lesson(path: Path, timeout: int) -> list[Figure]:
     NotebookClient(nb, timeout=timeout, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     return figures_of(nb, path.name)
-
-
-@dataclass
-class FiguresConfig:
-    """The command line of ``python -m course.figures``."""
-
-    command: str = option("check", "write: rewrite docs/figures.md's table; check: fail if it is out of "
-                          "date; lessons: run the timing chapters and print each figure beside its promise",
-                          choices=("write", "check", "lessons"), positional=True, nargs="?")
-    timeout: int = option(900, "lessons: seconds a cell may run")
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_dataclass_args(FiguresConfig, argv, description=__doc__.splitlines()[0])
-    chapters, document = chapters_dir(), repo_root() / "docs" / "figures.md"
-    if args.command in ("write", "check"):
-        text = document.read_text(encoding="utf-8")
-        wanted = rewritten(text, chapter_figures(chapters))
-        if args.command == "write":
-            document.write_text(wanted, encoding="utf-8")
-            print(f"wrote docs/figures.md: {wanted.count(chr(10) + '| `')} figures")
-            return 0
-        if wanted != text:
-            print("docs/figures.md is out of date with the notebooks' outputs: run `make figures`", file=sys.stderr)
-            return 1
-        print("docs/figures.md matches the notebooks' outputs")
-        return 0
-    failed = 0
-    for stem in TIMING_CHAPTERS:
-        print(f"== {stem}", flush=True)
-        for figure in run_lesson(chapters / f"{stem}.ipynb", args.timeout):
-            print(f"{figure.key}: {figure.value}{figure.unit} — {figure.detail}", flush=True)
-            failed += "short of it" in figure.detail and not figure.busy
-    print(f"{failed} promise(s) not kept on a machine that was not busy" if failed else "every promise kept")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -9,14 +9,15 @@ follow nbgrader's conventions, so an instructor with nbgrader can use them direc
   visible checks inside ``with checks("Exercise N"):``, then hidden checks between
   ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS``.
 
-Without nbgrader, ``python -m course.assignments build`` (``make assignments``) writes the
+Without nbgrader, ``python -m course.assignments build`` (``make assignments``, the program in
+``__main__``) writes the
 student versions: solutions replaced by ``raise NotImplementedError()`` (or ``name = ...``
 when the solution is only simple assignments), hidden checks removed, outputs cleared, relative
 links pointed from where they are written. They are committed in ``chapters/exercises/`` (the
 folder above ``solutions/``), where the chapters link: what a learner opens holds no solution.
 A unit test holds each one equal to what ``build`` writes from its instructor source.
-``checks`` (``course.checks``, re-exported here for the notebooks' ``from course.assignments
-import checks``) reports an exercise that raises ``NotImplementedError`` as "not yet done"
+The notebooks' ``checks`` (the student runtime, ``course.student.checks``, which imports nothing
+from here) reports an exercise that raises ``NotImplementedError`` as "not yet done"
 instead of failing, so a student version runs top to bottom; the hidden checks, which
 are outside ``checks``, still fail such an exercise when it is graded.
 
@@ -50,19 +51,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.cli import is_dir, is_dir_or_absent, option, parse_dataclass_args
 from common.paths import chapters_dir
-from course.checks import answered, checks
-from course.demo_cells import DEMO_TAG, DemoCellError, check_demo, is_demo
+from course.assignments.demo_cells import DEMO_TAG, DemoCellError, check_demo, is_demo
 
-__all__ = ["ANSWER_FILE_TAG", "DEMO_TAG", "NOT_DONE", "AssignmentFormatError", "Exercise", "answer_files", "answered", "build", "checks", "exercises_dir",
-           "exercises_of", "instructor_sources", "is_demo", "is_exercise_notebook", "is_student_version",
-           "learner_folder", "main", "nbgrader_meta", "rebase_links", "solutions_dir",
+__all__ = ["ANSWER_FILE_TAG", "DEMO_TAG", "NOT_DONE", "AssignmentFormatError", "Exercise", "answer_files", "build",
+           "exercises_dir", "exercises_of", "instructor_sources", "is_demo", "is_exercise_notebook",
+           "is_student_version", "learner_folder", "nbgrader_meta", "rebase_links", "solutions_dir",
            "strip_hidden_tests", "strip_solutions", "student_text", "student_version", "handout_text",
            "work_file_texts", "work_files", "write_work_files"]
 
-if TYPE_CHECKING:  # nbformat costs ~2 s to import (jsonschema): every exercise kernel and judge
-    import nbformat  # imports this module for `checks`, and none of them reads a notebook
+if TYPE_CHECKING:  # nbformat costs ~2 s to import (jsonschema): imported where a notebook is read
+    import nbformat
 
 
 #: The folder of the instructor sources, inside the learner's folder of student versions.
@@ -400,59 +399,3 @@ def _write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
-
-
-@dataclass
-class AssignmentsConfig:
-    """The command line of ``python -m course.assignments``."""
-
-    command: str = option("build", "build: write student versions; list: show exercises and points",
-                          choices=("build", "list"), positional=True, nargs="?")
-    out: Path | None = option(None, "output folder of the student versions (default: the folder "
-                              "above a solutions/ --sources: chapters/exercises, in place)")
-    sources: Path | None = option(None, "folder of instructor sources (default: "
-                                  "chapters/exercises/solutions)")
-
-
-def check_config(config: AssignmentsConfig) -> dict[str, str]:
-    """Problems of a finished configuration, by field: student versions never overwrite the
-    instructor sources, and go where asked (the folder above ``solutions/`` by default)."""
-    problems = {**is_dir(config, "sources"), **is_dir_or_absent(config, "out")}
-    sources = (config.sources or solutions_dir()).resolve()
-    if "sources" not in problems and (empty := sources_problem(sources)):
-        problems["sources"] = empty
-    if config.command != "build" or "out" in problems:
-        return problems
-    if config.out is None and learner_folder(sources) is None:
-        problems["out"] = (f"needed: {config.sources} is not a solutions/ folder, so its student "
-                           "versions have no folder of their own")
-    elif config.out is not None and config.out.resolve() == sources:
-        problems["out"] = (f"{config.out} is the instructor sources' folder: the student "
-                           "versions would overwrite them")
-    return problems
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_dataclass_args(AssignmentsConfig, argv, description=__doc__.splitlines()[0],
-                                validate=check_config)
-    args.sources = args.sources or solutions_dir()
-    sources = instructor_sources(args.sources)  # not empty: check_config
-    if args.command == "list":
-        import nbformat
-
-        for source in sources:
-            exercises = exercises_of(nbformat.read(source, as_version=4), name=source.name)
-            print(f"{source.name}: " + ", ".join(f"{e.key} ({e.points:g})" for e in exercises))
-        return 0
-    in_place = learner_folder(args.sources.resolve())
-    args.out = args.out or in_place
-    # The committed learner folder holds notebooks only; a folder to hand out gets the manifest.
-    manifest = build(args.out, sources, manifest=args.out.resolve() != in_place)
-    for stem, entry in manifest.items():
-        print(f"{args.out / (stem + '.ipynb')}: {len(entry['exercises'])} exercises, "
-              f"{entry['total_points']:g} points")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,11 +1,11 @@
-"""The Chinese edition: ``python -m course.translate extract|build|status|check``.
+"""The Chinese edition: ``python -m course.publishing.translate extract|build|status|check``.
 
 The English notebooks are the source of every code cell and stored output. The Chinese of each
 markdown cell lives in a gettext file ``chapters/zh/po/<stem>.po`` (one entry per markdown cell:
 ``msgctxt`` = ``<notebook>#<cell index>``, ``msgid`` = the English cell, ``msgstr`` = its
 Chinese), so each translation records the English it was made from. The same file holds one
 entry per distinct code comment and docstring (``msgctxt`` = ``<notebook>#comment`` or
-``<notebook>#docstring``, see ``course.translate_comments``): the zh code cells differ from the
+``<notebook>#docstring``, see ``course.publishing.translate_comments``): the zh code cells differ from the
 English only in those.
 
 - ``extract`` updates the ``.po`` files from the English notebooks: an unchanged cell keeps its
@@ -33,25 +33,21 @@ from __future__ import annotations
 
 import difflib
 import re
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 import polib
 
-from common.cli import is_dir, option, parse_dataclass_args
 from common.paths import chapters_dir
-from course import translate_comments
 from course.assignments import (
     SOLUTIONS,
     exercises_of,
-    is_student_version,
     learner_folder,
     student_text,
     work_file_texts,
 )
-from course.messages import CHINESE
+from course.publishing import translate_comments
+from course.student.messages import CHINESE
 
 LANGUAGE = CHINESE
 #: Old and new English this similar keep the old translation as a fuzzy draft.
@@ -237,7 +233,7 @@ def problems_of(notebook: str, nb: nbformat.NotebookNode, po: polib.POFile,
 def build_notebook(notebook: str, nb: nbformat.NotebookNode, po: polib.POFile
                    ) -> nbformat.NotebookNode:
     """The Chinese notebook: ``nb`` with each translated markdown cell and code comment replaced
-    (and the outputs that show those comments, see ``course.translate_comments``).
+    (and the outputs that show those comments, see ``course.publishing.translate_comments``).
 
     Untranslated, fuzzy or stale cells and comments stay English (``problems_of`` reports them).
     """
@@ -270,25 +266,25 @@ def check(notebook: str, chapters: Path | None = None) -> list[str]:
     expected = built_scripts(notebook, po, chapters)
     for path, text in expected.items():
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            found.append(f"{notebook}: {_shown(path, chapters)} is missing or out of date (run `make translations`)")
+            found.append(f"{notebook}: {shown_path(path, chapters)} is missing or out of date (run `make translations`)")
     if (folder := script_folder(notebook, chapters)) is not None:
         zh_folder = zh_dir(chapters) / folder.relative_to(chapters)
         for stale in sorted(set(zh_folder.rglob("*.py")) - set(expected)) if zh_folder.is_dir() else ():
-            found.append(f"{notebook}: {_shown(stale, chapters)} has no English script any more: remove it")
+            found.append(f"{notebook}: {shown_path(stale, chapters)} has no English script any more: remove it")
     built = zh_dir(chapters) / notebook
     if not built.is_file():
         found.append(f"{notebook}: chapters/zh/{notebook} is missing (run `make translations`)")
     elif built.read_text(encoding="utf-8") != build_text(notebook, chapters):
         found.append(f"{notebook}: chapters/zh/{notebook} is out of date (run `make translations`)")
     elif (student := zh_student_version(notebook, chapters)) is not None:
-        shown = _shown(student, chapters)
+        shown = shown_path(student, chapters)
         if not student.is_file():
             found.append(f"{notebook}: its student version {shown} is missing (run `make translations`)")
         elif student.read_text(encoding="utf-8") != student_text(built, student.parent):
             found.append(f"{notebook}: its student version {shown} is out of date (run `make translations`)")
         for path, text in handed_out_scripts(notebook, chapters).items():
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
-                found.append(f"{notebook}: the handed-out {_shown(path, chapters)} is missing or out of date "
+                found.append(f"{notebook}: the handed-out {shown_path(path, chapters)} is missing or out of date "
                              "(run `make translations`)")
     return found
 
@@ -313,86 +309,6 @@ def status_lines(chapters: Path | None = None, notebooks: tuple[str, ...] = ()) 
     return lines
 
 
-def _shown(path: Path, chapters: Path) -> str:
+def shown_path(path: Path, chapters: Path) -> str:
     """``chapters/zh/...`` rather than an absolute path, in messages."""
     return (Path(chapters.name) / path.relative_to(chapters)).as_posix()
-
-
-@dataclass
-class TranslateConfig:
-    """The command line of ``python -m course.translate``."""
-
-    command: str = option("status", "extract: update the .po files; build: write chapters/zh/; "
-                          "status: progress per notebook; check: fail on anything missing",
-                          choices=("extract", "build", "status", "check"), positional=True,
-                          nargs="?")
-    notebooks: tuple[str, ...] = option((), "notebooks relative to chapters/ (default: all for "
-                                        "extract/status, those in chapters/zh/TRANSLATED for "
-                                        "build/check)", nargs="+")
-    chapters: Path | None = option(None, "the chapters folder (default: the repository's)")
-
-
-def check_config(config: TranslateConfig) -> dict[str, str]:
-    """Problems of a finished configuration, by field: a missing folder or notebook is refused
-    (a status of nothing would read as "complete")."""
-    if problems := is_dir(config, "chapters"):
-        return problems
-    chapters = config.chapters or chapters_dir()
-    if not english_notebooks(chapters):
-        return {"chapters": f"{chapters} holds no notebooks"}
-    outside = [nb for nb in config.notebooks if not nb.endswith(".ipynb") or ".." in Path(nb).parts
-               or Path(nb).is_absolute()]
-    if outside:
-        return {"notebooks": f"not a notebook under {chapters}: {', '.join(outside)}"}
-    missing = [nb for nb in config.notebooks if not (chapters / nb).is_file()]
-    if missing:
-        return {"notebooks": f"no such notebook in {chapters}: {', '.join(missing)}"}
-    generated = [nb for nb in config.notebooks if is_student_version(chapters / nb)]
-    if generated:
-        return {"notebooks": "a student version is generated, not translated: name its instructor "
-                             "source, " + ", ".join(str(Path(nb).parent / SOLUTIONS / Path(nb).name)
-                                                   for nb in generated)}
-    return {}
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_dataclass_args(TranslateConfig, argv, description=__doc__.splitlines()[0],
-                                validate=check_config)
-    chapters = args.chapters or chapters_dir()
-    if args.command == "status":
-        print("\n".join(status_lines(chapters, args.notebooks)))
-        return 0
-    default = english_notebooks(chapters) if args.command == "extract" else required(chapters)
-    failures = []
-    for notebook in args.notebooks or default:
-        if args.command == "extract":
-            nb = nbformat.read(chapters / notebook, as_version=4)
-            po = update_po(notebook, nb, load_po(notebook, chapters), scripts_of(notebook, chapters))
-            po_path(notebook, chapters).parent.mkdir(parents=True, exist_ok=True)
-            po.save(str(po_path(notebook, chapters)))
-            print(f"{_shown(po_path(notebook, chapters), chapters)}: {po.percent_translated()} % translated, "
-                  f"{len(po.fuzzy_entries())} fuzzy, {len(po.untranslated_entries())} untranslated")
-        elif args.command == "build":
-            target = zh_dir(chapters) / notebook
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(build_text(notebook, chapters), encoding="utf-8")
-            print(f"wrote {_shown(target, chapters)}")
-            for path, text in built_scripts(notebook, load_po(notebook, chapters), chapters).items():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text, encoding="utf-8")
-                print(f"wrote {_shown(path, chapters)}")
-            if (student := zh_student_version(notebook, chapters)) is not None:
-                student.write_text(student_text(target, student.parent), encoding="utf-8")
-                print(f"wrote {_shown(student, chapters)} (its student version)")
-                for path, text in handed_out_scripts(notebook, chapters).items():
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_text(text, encoding="utf-8")
-                    print(f"wrote {_shown(path, chapters)} (handed out)")
-        failures += check(notebook, chapters) if args.command in ("build", "check") else []
-    for failure in failures:
-        print(failure, file=sys.stderr)
-    return 1 if failures else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

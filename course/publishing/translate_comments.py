@@ -31,8 +31,8 @@ from itertools import product
 
 import nbformat
 
-from course import code_comments
-from course.code_comments import Comment
+from course.publishing import code_comments
+from course.publishing.code_comments import Comment
 
 COMMENT, DOCSTRING = "comment", code_comments.DOCSTRING
 #: An output follows the comment translations when its cell's source calls one of these.
@@ -235,7 +235,7 @@ def entry_problem(entry, msgid: str) -> str:
     """What keeps a ``.po`` entry from translating ``msgid`` ('' when nothing does)."""
     if entry is None or entry.msgid != msgid:
         return ("the English changed or is new since the last extract; run "
-                "`python -m course.translate extract`, then translate it")
+                "`python -m course.publishing.translate extract`, then translate it")
     if not entry.msgstr:
         return "not translated yet"
     if "fuzzy" in entry.flags:

@@ -1,10 +1,10 @@
 """The student side of the exercises: ``checks`` around the visible checks, ``answered`` for ``...``,
 ``hints`` for the stepped hints of each exercise.
 
-The exercise notebooks import these (``from course.assignments import checks`` works too);
+The exercise notebooks import these (``from course.student.checks import checks, hints``);
 so do their check cells, in the student's kernel, under nbgrader, and inside the grader's
 sandbox. Standard library only, so importing it costs nothing anywhere. Messages are shown in
-the notebook's language (``course.messages``): a check cell of the Chinese edition fails with
+the notebook's language (``course.student.messages``): a check cell of the Chinese edition fails with
 a Chinese message, while its code is the English edition's.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from course.messages import message_language, translated
+from course.student.messages import message_language, translated
 
 
 @contextmanager
@@ -54,7 +54,7 @@ def answered(*values: object) -> None:
 
 
 #: The hints of every exercise notebook: ``{stem: {"ex2": {"en": [nudge, ..., near-answer], "zh-CN": [...]}}}``.
-HINTS = Path(__file__).resolve().parents[1] / "chapters" / "exercises" / "hints.json"
+HINTS = Path(__file__).resolve().parents[2] / "chapters" / "exercises" / "hints.json"
 
 
 def hint_texts(stem: str, key: str, language: str) -> list[str]:

@@ -1,10 +1,10 @@
-"""Build and check the chapter notebooks: ``python -m course.notebooks build|check|bootstrap``.
+"""Build and check the chapter notebooks: ``python -m course.publishing.notebooks build|check|bootstrap``.
 
 Authors edit the jupytext twin ``chapters/NN_name.py`` (py:percent) or the notebook;
 ``build`` executes the notebook top to bottom in a fresh kernel (execution counts 1..N)
 and rewrites the twin from it, so the pair is always in sync. ``check`` verifies both
 without executing anything (``make test`` runs it). ``bootstrap`` inserts or refreshes the
-Colab/Kaggle badge and install cells after each chapter's title (``course.bootstrap``) in
+Colab/Kaggle badge and install cells after each chapter's title (``course.publishing.bootstrap``) in
 the twin and the zh ``.po`` file, without executing: ``build`` the notebooks afterwards.
 ``build`` refreshes those cells wherever they are present, so they never drift.
 
@@ -27,9 +27,9 @@ import nbformat
 from nbclient import NotebookClient
 
 from common.cli import option, parse_dataclass_args, positive
-from course import bootstrap as standard_cells
 from course.assignments import SOLUTIONS, is_exercise_notebook, is_student_version, student_text
-from course.figures import busy_readings
+from course.publishing import bootstrap as standard_cells
+from course.publishing.figures import busy_readings
 
 FORMATS = "ipynb,py:percent"
 
@@ -145,7 +145,7 @@ def problems(notebook: Path, *, twin: bool = True) -> list[str]:
     """What is wrong with a committed notebook: execution order, errors, twin out of sync.
 
     ``twin=False`` for the built Chinese edition (``chapters/zh/``), which has no twin: its
-    source is the English notebook plus a ``.po`` file (``course.translate``). A student version
+    source is the English notebook plus a ``.po`` file (``course.publishing.translate``). A student version
     of the exercises is checked by ``student_version_problems`` instead.
     """
     if is_student_version(notebook):
@@ -156,7 +156,7 @@ def problems(notebook: Path, *, twin: bool = True) -> list[str]:
     counts = [c.get("execution_count") for c in code]
     if counts != list(range(1, len(code) + 1)):
         found.append(f"{notebook}: execution counts are {counts[:8]}..., not 1..{len(code)} "
-                     "(run `python -m course.notebooks build` on it)")
+                     "(run `python -m course.publishing.notebooks build` on it)")
     for index, cell in enumerate(code, start=1):
         if any(out.get("output_type") == "error" for out in cell.get("outputs", [])):
             found.append(f"{notebook}: code cell {index} has an error output")
@@ -166,7 +166,7 @@ def problems(notebook: Path, *, twin: bool = True) -> list[str]:
     if not pair.is_file():
         found.append(f"{notebook}: its jupytext twin {pair} is missing")
     elif jupytext.writes(nb, fmt="py:percent") != pair.read_text():
-        found.append(f"{notebook}: {pair.name} is out of sync (run `python -m course.notebooks "
+        found.append(f"{notebook}: {pair.name} is out of sync (run `python -m course.publishing.notebooks "
                      "build` or `jupytext --sync` on it)")
     return found
 
@@ -186,12 +186,12 @@ def insert_standard_cells(path: Path) -> str:
         jupytext.write(nb, twin_of(path.with_suffix(".ipynb")), fmt="py:percent")
     return (f"{twin_of(path.with_suffix('.ipynb')).name}: standard cells "
             f"{'written' if changed else 'already current'}; zh .po refreshed"
-            + ("; run `python -m course.notebooks build` on it" if changed else ""))
+            + ("; run `python -m course.publishing.notebooks build` on it" if changed else ""))
 
 
 @dataclass
 class NotebooksConfig:
-    """The command line of ``python -m course.notebooks``."""
+    """The command line of ``python -m course.publishing.notebooks``."""
 
     command: str = option("check", "build: execute and refresh the twin; check: hygiene only; "
                           "bootstrap: insert/refresh the Colab badge and install cells of "

@@ -1,6 +1,6 @@
 """The pages of the tutorial site, as Sphinx sources: which notebooks, their links, the index.
 
-``course.site`` stages these and runs Sphinx; everything here is plain text and notebook
+``course.publishing.site`` stages these and runs Sphinx; everything here is plain text and notebook
 manipulation, testable without Sphinx.
 """
 
@@ -192,7 +192,7 @@ def find_chapters(root: Path, edition: Edition, *, with_solutions: bool = False,
                            f"(instructor sources go in exercises/{SOLUTIONS}/; `make assignments`)")
             continue
         if path not in exercises and not is_executed(nb):
-            skipped.append(f"{source}: not executed (run `python -m course.notebooks build` on it)")
+            skipped.append(f"{source}: not executed (run `python -m course.publishing.notebooks build` on it)")
             continue
         title, sections = parse_first_cell(nb, source)
         staged = "chapters/" + path.relative_to(folder).as_posix()

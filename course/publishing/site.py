@@ -1,6 +1,6 @@
-"""The tutorial site of the executed notebooks, built with Sphinx: ``python -m course.site``.
+"""The tutorial site of the executed notebooks, built with Sphinx: ``python -m course.publishing.site``.
 
-``make html`` runs ``python -m course.site --out build/html``. The stack is Sphinx + myst-nb +
+``make html`` runs ``python -m course.publishing.site --out build/html``. The stack is Sphinx + myst-nb +
 sphinx-book-theme (configuration in ``docs/conf.py``): a sidebar with the chapters in order, an
 in-page table of contents, offline full-text search (Chinese words split by jieba), previous/next
 links and download buttons. This module only *stages* the sources of each edition into
@@ -37,7 +37,7 @@ import nbformat
 
 from common.cli import fail, is_dir, is_dir_or_absent, option, parse_dataclass_args
 from common.paths import repo_root
-from course.site_pages import (
+from course.publishing.site_pages import (
     EDITIONS,
     Chapter,
     Edition,
@@ -124,11 +124,11 @@ def stage_edition(root: Path, edition: Edition, chapters: list[Chapter], src: Pa
 
 def _prepare_out(out: Path) -> None:
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
-        raise FileExistsError(f"{out} is not empty and was not written by course.site; "
+        raise FileExistsError(f"{out} is not empty and was not written by course.publishing.site; "
                               "pick another --out or empty it")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    (out / MARKER).write_text("written by `python -m course.site`; rebuilt on every run\n")
+    (out / MARKER).write_text("written by `python -m course.publishing.site`; rebuilt on every run\n")
 
 
 def _refuse_foreign_work(work: Path) -> None:
@@ -141,14 +141,14 @@ def _refuse_foreign_work(work: Path) -> None:
     ours = (work / MARKER).exists() or any((work / e / "_site.json").is_file() for e in EDITIONS)
     if work.exists() and (not work.is_dir() or (any(work.iterdir()) and not ours)):
         raise FileExistsError(f"{work} (the staging folder of --out) is not empty and was not "
-                              "written by course.site; pick another --out or empty it")
+                              "written by course.publishing.site; pick another --out or empty it")
 
 
 def prepare_work(work: Path) -> None:
     """The staging folder: created and stamped, or reused if stamped; a stranger's is refused."""
     _refuse_foreign_work(work)
     work.mkdir(parents=True, exist_ok=True)
-    (work / MARKER).write_text("staged by `python -m course.site`; rebuilt on every run\n")
+    (work / MARKER).write_text("staged by `python -m course.publishing.site`; rebuilt on every run\n")
 
 
 def _switch(edition: Edition, other: Edition | None, other_pages: list[str]) -> dict | None:
@@ -276,7 +276,7 @@ def build_site(root: Path, out: Path, *, with_solutions: bool = False,
 
 @dataclass
 class SiteConfig:
-    """The command line of ``python -m course.site``."""
+    """The command line of ``python -m course.publishing.site``."""
 
     out: Path = option(Path("build/html"), "output folder (replaced on every run)")
     root: Path | None = option(None, "the repository (default: found from here)")
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         chapters, warnings = build_site(args.root or repo_root(), args.out,
                                         with_solutions=args.solutions)
     except FileExistsError as error:
-        return fail(str(error), prog="course.site")
+        return fail(str(error), prog="course.publishing.site")
     for chapter in chapters:
         print(f"{chapter.source} -> {args.out / chapter.page}")
     for warning in warnings:

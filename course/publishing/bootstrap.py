@@ -10,7 +10,7 @@ right after its title cell:
    a local run prints one line saying that nothing was installed.
 
 Both are generated from ``[project.urls] Repository`` of ``pyproject.toml`` (the repository URL
-is declared there once), so they cannot drift: ``python -m course.notebooks bootstrap`` inserts
+is declared there once), so they cannot drift: ``python -m course.publishing.notebooks bootstrap`` inserts
 or refreshes them, and ``build`` refreshes them wherever they are present.
 ``tests/test_notebooks.py`` accepts that install cell only in exactly the form
 ``bootstrap_source`` writes.
@@ -28,8 +28,8 @@ import polib
 
 from common.paths import PROJECT_NAME, find_repo_root, is_repo_root
 from course.assignments import is_exercise_notebook
-from course.translate import context, load_po, po_path, scripts_of, update_po
-from course.translate_comments import is_comment_context
+from course.publishing.translate import context, load_po, po_path, scripts_of, update_po
+from course.publishing.translate_comments import is_comment_context
 
 #: The first line of each standard cell: how an existing one is recognised (and refreshed).
 BADGE_START = "[![Open In Colab]"
@@ -196,7 +196,7 @@ def refresh_translation(nb: nbformat.NotebookNode, repo: Repository, notebook: s
                         chapters: Path) -> polib.POFile:
     """Update ``chapters/zh/po/<stem>.po`` for ``nb`` and give its badge cell the zh badge.
 
-    The same update as ``python -m course.translate extract`` (translations follow their
+    The same update as ``python -m course.publishing.translate extract`` (translations follow their
     cells to the new indices), plus a ready translation of the badge cell that links to the
     Chinese notebook and of the install cell's comments. Returns the saved file.
     """

@@ -2,8 +2,8 @@
 
 The exercises' code is the same in every edition (``chapters/zh/exercises`` differs from
 ``chapters/exercises`` only in markdown and comments), so their messages are written in English
-and translated when shown: ``course.checks`` translates a failed visible check in the student's
-kernel, the grader each feedback notebook. A catalogue (``course/messages_<language>.json``)
+and translated when shown: ``course.student.checks`` translates a failed visible check in the student's
+kernel, the grader each feedback notebook. A catalogue (``course/student/messages_<language>.json``)
 maps each English message to its translation. A key is the message as written, with ``{}`` for
 each value of an f-string (``f"expected shape {tuple(x.shape)}"`` is ``"expected shape {}"``);
 its translation numbers them (``{0}``, ``{1}``) and may reorder them. The values are translated
@@ -11,7 +11,7 @@ too where they are messages themselves (``check failed: {}``). ``message_keys`` 
 piece of check code uses, so a test can hold every catalogue complete.
 
 Standard library only: the student's kernel and the grader's sandbox import this through
-``course.checks``.
+``course.student.checks``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 ENGLISH = "en"
-#: The Chinese edition's language, which ``course.translate`` writes into its notebooks.
+#: The Chinese edition's language, which ``course.publishing.translate`` writes into its notebooks.
 CHINESE = "zh-CN"
 LANGUAGES = (ENGLISH, CHINESE)
 #: Set to a language to choose it whatever the notebook says (a terminal, a test).
@@ -37,7 +37,7 @@ _ERROR_PREFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*(?:Error|Exception)): (.*)"
 
 def notebook_language(metadata: object) -> str:
     """The language of a notebook from its metadata (``translation.language``, written by
-    ``course.translate``); English for anything else, since a submission's metadata is the
+    ``course.publishing.translate``); English for anything else, since a submission's metadata is the
     student's to change."""
     translation = metadata.get("translation") if isinstance(metadata, dict) else None
     language = translation.get("language") if isinstance(translation, dict) else None
@@ -87,7 +87,7 @@ def message_language() -> str:
 
 
 def catalogue_path(language: str) -> Path:
-    """``course/messages_<language>.json`` (``zh-CN`` is ``messages_zh.json``)."""
+    """``course/student/messages_<language>.json`` (``zh-CN`` is ``messages_zh.json``)."""
     return Path(__file__).with_name(f"messages_{language.split('-')[0]}.json")
 
 
