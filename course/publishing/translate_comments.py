@@ -193,10 +193,10 @@ def _follow_outputs(notebook: str, by_key: dict, cell: nbformat.NotebookNode) ->
         if "text/plain" in data:
             data["text/plain"], pieces = _follow_text(notebook, by_key, data["text/plain"])
             for (old, new), table in product(pieces if "text/html" in data else (), HTML_ESCAPES):
-                data["text/html"] = _html_replace(data["text/html"], old, new, table)
+                data["text/html"] = html_replace(data["text/html"], old, new, table)
 
 
-def _html_replace(html: str, old: str, new: str, table: dict) -> str:
+def html_replace(html: str, old: str, new: str, table: dict) -> str:
     """``html`` with the code ``old`` replaced by ``new``, both escaped by ``table``. Pygments closes its
     spans at each line's end, so a piece of several lines (a docstring) is found across them and
     written back in the span its first line opens."""

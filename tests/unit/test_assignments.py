@@ -11,7 +11,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from course import code_comments
+from course.publishing import code_comments
 from course.assignments import (
     BEGIN_HIDDEN,
     BEGIN_SOLUTION,

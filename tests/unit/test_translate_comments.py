@@ -94,9 +94,9 @@ def test_a_shown_files_html_follows_a_docstring_of_several_lines():
     span = '<span style="color: #BA2121">'
     html = f'<pre>{span}"""One.</span>\n\n{span}    usage</span>\n{span}"""</span>\n<span>import</span>'
     table = translate_comments.HTML_ESCAPES[1]
-    assert translate_comments._html_replace(html, old, new, table) == (
+    assert translate_comments.html_replace(html, old, new, table) == (
         f'<pre>{span}"""一。</span>\n{span}</span>\n{span}    用法</span>\n{span}"""</span>\n<span>import</span>')
-    assert translate_comments._html_replace(html, '"""Two."""', '"""二。"""', table) == html
+    assert translate_comments.html_replace(html, '"""Two."""', '"""二。"""', table) == html
 
 
 def test_a_diff_output_follows_the_comments():
@@ -176,7 +176,7 @@ def test_an_exercises_work_files_are_translated_and_handed_out(tmp_path, capsys)
     shutil.copy(REPO / "chapters" / notebook, chapters / notebook)
     shutil.copy(translate.po_path(notebook, REPO / "chapters"), translate.po_path(notebook, chapters))
     (chapters / "zh" / "TRANSLATED").write_text(notebook + "\n")
-    assert translate.main(["build", "--chapters", str(chapters)]) == 0, capsys.readouterr().err
+    assert translate_cli.main(["build", "--chapters", str(chapters)]) == 0, capsys.readouterr().err
     solution = (chapters / "zh" / "exercises" / "solutions" / "ex04_work" / "broken_ddp.py").read_text()
     assert solution.startswith('"""一个有三个错误的 DDP 训练脚本。')
     handed = chapters / "zh" / "exercises" / "ex04_work" / "fixed_ddp.py"

@@ -80,14 +80,15 @@ def script_folder(notebook: str, chapters: Path | None = None) -> Path | None:
 
 
 def scripts_of(notebook: str, chapters: Path | None = None) -> dict[str, str]:
-    """The texts of a notebook's scripts (``script_folder``) by their path relative to ``chapters/``
-    (``scripts/04_1/ddp.py``, ``exercises/solutions/ex04_work/broken_ddp.py``)."""
+    """The texts of a notebook's scripts (the ``.py`` files of ``script_folder``, not what runs write
+    in its subfolders) by their path relative to ``chapters/`` (``scripts/04_1/ddp.py``,
+    ``exercises/solutions/ex04_work/broken_ddp.py``)."""
     chapters = chapters or chapters_dir()
     folder = script_folder(notebook, chapters)
     if folder is None or not folder.is_dir():
         return {}
     return {path.relative_to(chapters).as_posix(): path.read_text(encoding="utf-8")
-            for path in sorted(folder.rglob("*.py")) if "__pycache__" not in path.parts}
+            for path in sorted(folder.glob("*.py"))}
 
 
 def built_scripts(notebook: str, po: polib.POFile, chapters: Path | None = None) -> dict[Path, str]:
@@ -269,7 +270,7 @@ def check(notebook: str, chapters: Path | None = None) -> list[str]:
             found.append(f"{notebook}: {shown_path(path, chapters)} is missing or out of date (run `make translations`)")
     if (folder := script_folder(notebook, chapters)) is not None:
         zh_folder = zh_dir(chapters) / folder.relative_to(chapters)
-        for stale in sorted(set(zh_folder.rglob("*.py")) - set(expected)) if zh_folder.is_dir() else ():
+        for stale in sorted(set(zh_folder.glob("*.py")) - set(expected)) if zh_folder.is_dir() else ():
             found.append(f"{notebook}: {shown_path(stale, chapters)} has no English script any more: remove it")
     built = zh_dir(chapters) / notebook
     if not built.is_file():
