@@ -22,7 +22,7 @@ from common.ddp.config import NORMALIZE  # noqa: F401 (the choices, documented h
 from common.fast.cache import CacheError
 from common.fast.pipeline import DraftPilDecoder
 from common.imagenet import IMAGENET_MEAN, IMAGENET_STD
-from common.layouts import ImageData, file_list
+from common.images.layouts import ImageData, file_list
 from common.stats import RunningChannelStats
 
 
