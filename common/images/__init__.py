@@ -1,4 +1,4 @@
-"""Chapter 7, your own data: images as they are on disk, the layouts every trainer's ``--data`` reads.
+"""Chapter 7, your own data: images on disk, the layouts each trainer's ``--data`` reads.
 
 A package of the core (ARCHITECTURE.md): it imports only the core and its own modules, and the
 chapter packages import it, since every trainer reads a folder through ``layouts`` and ``listing``

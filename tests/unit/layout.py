@@ -211,7 +211,8 @@ def external_closure(module: str, modules: dict[str, Path]) -> set[str]:
 
 
 def part_of(root: Path, package: str, path: Path) -> str:
-    """The part of ``package`` a module is in: its subpackage (``ddp``), or ``""`` for a top-level module."""
+    """The part of ``package`` a module is in: its subpackage (``ddp``), or ``""`` for a module
+    directly in ``package``."""
     inner = path.relative_to(root / package).parts
     return inner[0] if len(inner) > 1 else ""
 
@@ -221,9 +222,10 @@ def undeclared_parts(root: Path, package: str, core: set[str], layers: dict[str,
     ``core`` (or listed there and absent), a subpackage ``layers`` gives no layer."""
     top = {path.stem for path in (root / package).glob("*.py")} - {"__init__"}
     subpackages = {path.parent.name for path in (root / package).glob("*/__init__.py")}
-    return sorted([f"{package}/{name}.py: a top-level module not in the core's list" for name in top - core]
-                  + [f"{package}/{name}.py: in the core's list, not in the tree" for name in core - top]
-                  + [f"{package}/{name}/: a package of no layer" for name in subpackages - layers.keys()])
+    return sorted(
+        [f"{package}/{name}.py: a top-level module not in the core's list" for name in top - core]
+        + [f"{package}/{name}.py: in the core's list, not in the tree" for name in core - top]
+        + [f"{package}/{name}/: a package of no layer" for name in subpackages - layers.keys()])
 
 
 def layer_problems(root: Path, package: str, layers: dict[str, int]) -> list[str]:
@@ -239,5 +241,6 @@ def layer_problems(root: Path, package: str, layers: dict[str, int]) -> list[str
     for name, path in modules.items():
         for target in sorted(imports(path, modules, top_level=False) & modules.keys()):
             if None not in (layer[name], layer[target]) and layer[target] > layer[name]:
-                found.append(f"{name} (layer {layer[name]}) imports {target} (layer {layer[target]})")
+                found.append(f"{name} (layer {layer[name]}) imports {target}"
+                             f" (layer {layer[target]})")
     return found

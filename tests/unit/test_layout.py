@@ -24,8 +24,10 @@ CORE = frozenset({
     "transforms"})
 #: Each part of ``common`` and its layer: ``""`` the top-level modules, and ``images`` (chapter 7,
 #: read by every trainer's ``--data``) the core; each chapter package its chapter (``datasets``:
-#: chapter 2.3's); the programs beside the chapters on top. A module imports its own layer and those below.
-LAYERS = {"": 0, "images": 0, "datasets": 2, "fast": 3, "ddp": 4, "shards": 5, "fsdp": 6, "tools": 9, "diagrams": 9}
+#: chapter 2.3's); the programs beside the chapters on top. A module imports its own layer and
+#: those below.
+LAYERS = {"": 0, "images": 0, "datasets": 2, "fast": 3, "ddp": 4, "shards": 5, "fsdp": 6,
+          "tools": 9, "diagrams": 9}
 
 
 def _imports(path: Path) -> set[str]:
@@ -83,7 +85,8 @@ def test_the_architecture_doc_lists_the_core():
     section = text.split("## `common/` — the core", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
     named = {name for row in rows for name in re.findall(r"`(\w+)`", row)}
-    assert named == CORE, f"the table, not CORE: {sorted(named - CORE)}; CORE, not the table: {sorted(CORE - named)}"
+    assert named == CORE, (f"the table, not CORE: {sorted(named - CORE)}; "
+                           f"CORE, not the table: {sorted(CORE - named)}")
     assert "| `images/` |" in section
 
 
