@@ -159,7 +159,7 @@ bench-fsdp: $(STAMP) ## Measure FSDP vs DDP on 2 CPU ranks side by side (samples
 	$(BIN)/python -m common.fsdp.bench
 
 doctor: $(STAMP) ## Check this environment (versions, devices, /dev/shm, data) and suggest fixes
-	$(BIN)/python -m common.doctor
+	$(BIN)/python -m common.tools.doctor
 
 lint: $(STAMP) ## Check .py and .ipynb files with ruff
 	$(BIN)/ruff check .

@@ -65,7 +65,7 @@ from common import (
     seed_everything,
     show_images,
 )
-from common.doctor import summary
+from common.tools.doctor import summary
 
 generator = seed_everything(0)
 device = get_device()
@@ -73,7 +73,7 @@ print("torch", torch.__version__, "| device:", describe_device(device))
 
 # %% [markdown]
 # The environment doctor's short form: the versions, the device, and whether the data is ready (a line more
-# if another check found a problem). If anything below fails, run `python -m common.doctor` (or `make doctor`)
+# if another check found a problem). If anything below fails, run `python -m common.tools.doctor` (or `make doctor`)
 # in a terminal: its full report checks the interpreter, every package, `/dev/shm` and more, with a fix for
 # each problem.
 

@@ -66,11 +66,9 @@ from torchvision.datasets import ImageFolder
 from common import (
     CLASSES,
     AddGaussianNoise,
-    CsvImageStream,
     CustomDataset,
     CustomImageDataset,
     PadCollate,
-    PreloadedDataset,
     SmallCNN,
     balanced_sampler,
     channel_stats,
@@ -84,7 +82,7 @@ from common import (
     seed_everything,
     show_images,
 )
-from common.iterable import shard_of
+from common.datasets import CsvImageStream, PreloadedDataset, shard_of
 from common.source import show_file, show_source
 
 generator = seed_everything(0)
@@ -441,7 +439,7 @@ print(len(ours), "samples from one reader; sample 0:", tuple(ours[0][0].shape), 
 
 # %% [markdown]
 # Real workers need a class they can import, so the runs with two workers below use
-# `common.CsvImageStream`. Read in the main process it yields exactly our stream's samples; with
+# `common.datasets.CsvImageStream`. Read in the main process it yields exactly our stream's samples; with
 # `split_workers=False` it reproduces the bug.
 
 # %%
@@ -463,7 +461,7 @@ print(f"split: {sum(split.values())} samples, {len(split)} distinct, each seen {
 assert set(split.values()) == {1} and len(split) == len(naive) == 240
 
 # %% [markdown]
-# In `common` the split is `common.iterable.shard_of`: our `__iter__`'s two lines, with `rank` and
+# In `common` the split is `common.datasets.iterable.shard_of`: our `__iter__`'s two lines, with `rank` and
 # `world_size` folded in for distributed training (Chapter 4), so that every (process, worker) pair reads
 # its own share:
 
@@ -486,7 +484,7 @@ show_source(shard_of)
 # %% [markdown]
 # ## The whole pipeline, end to end
 # Everything together on the shapes dataset. The expensive, deterministic part of the pipeline (decode and
-# resize to 32x32) runs once in `common.PreloadedDataset`, which stores the pixels in one uint8 NumPy
+# resize to 32x32) runs once in `common.datasets.PreloadedDataset`, which stores the pixels in one uint8 NumPy
 # array; the cheap random part (flips) runs every epoch. Normalization uses the training split's own
 # statistics, computed in one streaming pass.
 #
@@ -514,7 +512,7 @@ print(f"{len(inline_val)} images in one array: {inline_val.pixels.shape} {inline
       f"{inline_val.pixels.nbytes / 1e3:.0f} kB")
 
 # %% [markdown]
-# `common.PreloadedDataset` fills a preallocated array instead of holding every decoded image at once,
+# `common.datasets.PreloadedDataset` fills a preallocated array instead of holding every decoded image at once,
 # converts to RGB, refuses a source that already transforms, and returns read-only labels:
 
 # %% tags=["hide-output"]
@@ -615,7 +613,7 @@ fig = plot_history(history, title="SmallCNN on 32x32 shapes, preloaded + flips")
 # 3. Why does the default `collate_fn` fail on images of different sizes, and what does `PadCollate` return instead?
 # 4. How does `balanced_sampler` weight the samples, what does drawing with replacement mean for the rare classes, and can the `DataLoader` also get `shuffle=True`?
 # 5. What goes wrong with an `IterableDataset` that ignores `get_worker_info()` when it is read with 2 workers?
-# 6. What does `common.iterable.shard_of(rank, world_size)` return, and why does it fold in the rank?
+# 6. What does `common.datasets.iterable.shard_of(rank, world_size)` return, and why does it fold in the rank?
 # 7. When would you choose a map-style `Dataset`, and when an `IterableDataset`?
-# 8. What does `common.PreloadedDataset` do once, what runs every epoch, and why split the pipeline that way?
+# 8. What does `common.datasets.PreloadedDataset` do once, what runs every epoch, and why split the pipeline that way?
 # 9. Which statistics did the end-to-end pipeline normalize with, what validation accuracy did it reach, and why does it train for 24 epochs?

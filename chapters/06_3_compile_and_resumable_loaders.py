@@ -61,16 +61,16 @@ from torch.utils.data import DataLoader, TensorDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from common import CustomImageDataset, SmallCNN, ensure_data, get_device, seed_everything
-from common.compilation import (
+from common.ddp.samplers import ResumableDistributedSampler
+from common.fast.profiling import DataWaitMeter
+from common.fsdp.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from common.fsdp.compilation import (
     chain_inputs,
     compare_ms,
     cpp_compiler,
     pointwise_chain,
     time_by_layer_type,
 )
-from common.ddp.samplers import ResumableDistributedSampler
-from common.fast.profiling import DataWaitMeter
-from common.fsdp.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from common.readings import read_figure
 from common.source import show_file
 from common.transforms import V2EvalPreset
@@ -108,7 +108,7 @@ print("C++ compiler for Inductor:", Path(compiler).name)
 # %% [markdown]
 # ### Where compilation pays: a chain of pointwise ops
 # Eager PyTorch runs one kernel per operation, and each reads its whole input from memory and writes a
-# whole new tensor back. `pointwise_chain` (in `common/compilation.py`) normalizes a batch of activations
+# whole new tensor back. `pointwise_chain` (in `common/fsdp/compilation.py`) normalizes a batch of activations
 # per channel, scales and shifts it, applies SiLU and halves the result: six operations, so six passes
 # over the tensor. They are cheap arithmetic, so the time goes into moving memory. Inductor *fuses* the
 # six into one loop: each element is read once, computed in registers, and written once.

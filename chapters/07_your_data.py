@@ -9,7 +9,7 @@
 # - How a folder is read on every path: one listing that skips junk out loud, pixels as a viewer shows
 #   them, a check before any training, a split command, on a small messy folder made here
 # - The guide's CSV layout walked through on the same images
-# - The Dataset for your folder written in the notebook, and the same from `common.layouts`, sample for sample
+# - The Dataset for your folder written in the notebook, and the same from `common.images.layouts`, sample for sample
 # - What the loader costs on it: workers, per-sample decoding against Chapter 3's uint8 cache (medians)
 # - The cache and Chapter 5's shards (`make_shards.py --imagefolder`) built from the same folder
 # - Training on it with DDP on 2 processes and with FSDP, a killed FSDP run resumed, and a resume on
@@ -83,15 +83,15 @@ from common import V2EvalPreset, get_device, load_rgb, seed_everything
 from common.ddp.data import NormalizeCollate, cached_split
 from common.ddp.launch import launch_env, run_command, torchrun_command
 from common.ddp.train import main as ddp_main
-from common.digits import stratified_split, write_digits_folder
 from common.fast.timing import time_epochs
 from common.fsdp.train import main as fsdp_main
 from common.images.check import main as check_images
+from common.images.digits import stratified_split, write_digits_folder
 from common.images.examples import truncated_jpeg, write_messy_folder
+from common.images.layouts import csv_data, folder_data, image_folder
 from common.images.listing import list_folder
 from common.images.split import main as split_images
 from common.images.splitting import link_or_copy
-from common.layouts import csv_data, folder_data, image_folder
 from common.models import create_model
 from common.readings import read_figure
 from common.shards import ShardedImageDataset, read_manifest
@@ -121,7 +121,7 @@ WEIGHTS_FILE = ""  # torchvision's resnet18 weights you fetched once (below); ""
 # - `DATA_DIR` with `train/` and `val/`: linked as it is;
 # - `DATA_DIR` as one folder of class folders: split by `python -m common.images.split` (below: seeded,
 #   stratified, 20 % of each class to validation);
-# - `DATA_DIR` empty: `common.digits.write_digits_folder` writes the digits as PNGs from a fixed split,
+# - `DATA_DIR` empty: `common.images.digits.write_digits_folder` writes the digits as PNGs from a fixed split,
 #   seed 0, 20 % of *each class* to validation (a stratified split, so both splits keep the class
 #   balance). The file name is the sample's index in the arrays, so every PNG traces back.
 #
@@ -680,13 +680,13 @@ print(f"loader: {best} is the fastest (the table and the reading above); "
 # ## Summary
 # - `DATA_DIR` points the whole chapter at your folder; empty, a real dataset (scikit-learn's UCI digits,
 #   no download) is written out as your own images would be: an ImageFolder of PNGs from a seeded,
-#   stratified split (`common.digits.write_digits_folder`).
+#   stratified split (`common.images.digits.write_digits_folder`).
 # - One listing reads a folder for every path: junk skipped and counted in one line, files decided by
 #   content, what cannot be used refused naming the file; pixels as a viewer shows them.
 #   `python -m common.images.check` says everything at once before any training, and
 #   `python -m common.images.split` makes a stratified, seeded train/val split.
 # - The guide's CSV layout, the cache and the shards read the messy folder's images as the folder does.
-# - A Dataset of three methods reads it; `common.layouts.folder_data` reads it the same, sample for sample,
+# - A Dataset of three methods reads it; `common.images.layouts.folder_data` reads it the same, sample for sample,
 #   and every trainer takes it with `--data ROOT` (classes and their count from the folder), with
 #   `--resize crop|squash|pad` and `--normalize` (your own statistics from scratch, ImageNet's for
 #   pretrained `--weights`).
@@ -714,7 +714,7 @@ print(f"loader: {best} is the fastest (the table and the reading above); "
 #    with and without doubling `--lr`, and compare.
 # 3. Build shards of your data with `make_shards.py --imagefolder` and train with `common.shards.train`.
 #    What does the manifest record, and what happens if you rebuild the shards after renaming a class?
-# 4. Write a stratified split of your own labels with `common.digits.stratified_split` and check, as
+# 4. Write a stratified split of your own labels with `common.images.digits.stratified_split` and check, as
 #    above, that both splits keep the class shares; what would always guessing the largest class score?
 #    Then rewrite the digits with another `seed` and train again: how far does the validation accuracy move?
 # 5. Kill an FSDP run of your data in the middle of an epoch and resume it on a different number of

@@ -8,7 +8,8 @@ The names below are imported on first use (PEP 562), not when ``common`` is: a p
 needs one topic (a DDP worker, a grading judge) does not pay for torchvision, pandas and
 matplotlib it never uses. ``from common import SmallCNN`` imports ``common.models`` only.
 
-The facade lists the core's names only (chapters 1-2), each defined in the module it names;
+The facade lists the core's names only (the top-level modules, each used by more than one
+chapter), each defined in the module it names;
 a chapter package's names come from that package (``from common.shards import
 ShardedImageDataset``). ``tests/unit/test_layout.py`` checks both (ARCHITECTURE.md, "The facade
 rule").
@@ -29,7 +30,6 @@ _WHERE = {
     "ClassicEvalPreset": "common.transforms",
     "ClassicTrainPreset": "common.transforms",
     "count_parameters": "common.models",
-    "CsvImageStream": "common.iterable",
     "CustomDataset": "common.data",
     "CustomImageDataset": "common.data",
     "describe_device": "common.device",
@@ -47,7 +47,6 @@ _WHERE = {
     "plot_channel_histograms": "common.plotting",
     "plot_class_counts": "common.plotting",
     "plot_history": "common.plotting",
-    "PreloadedDataset": "common.preload",
     "read_figure": "common.readings",
     "RunningChannelStats": "common.stats",
     "seed_everything": "common.device",

@@ -155,7 +155,7 @@ class CustomImageDataset(Dataset):
         target_transform: Applied to the integer label.
         num_classes: If given, every label must lie in ``0 .. num_classes - 1``.
         classes: If given, the labels are these class names, numbered by their position
-            (``common.layouts``: a CSV written with names instead of integers).
+            (``common.images.layouts``: a CSV written with names instead of integers).
         on_bad: ``"raise"`` (default) stops at the first bad row; ``"skip"`` leaves bad
             rows out, lists them in ``self.skipped`` and warns with their count.
         check_images: Also decode every image now (slower) so corrupt files are found at
@@ -175,7 +175,7 @@ class CustomImageDataset(Dataset):
     Introduced in chapters/02_1_dataset_dataloader.ipynb.
     """
 
-    #: ``{"orientation": ..., "resize": ...}`` when not the defaults (``common.layouts``:
+    #: ``{"orientation": ..., "resize": ...}`` when not the defaults (``common.images.layouts``:
     #: the trainers' ``--orientation raw`` and ``--resize squash|pad``).
     pixels: dict = {}
 

@@ -35,7 +35,7 @@ from common.shapes import CLASSES, draw_shape_image
 MANIFEST_VERSION = 2  # bump whenever drawing changes, so old datasets are regenerated
 SPLITS = ("train", "val")
 #: The hint of every command line whose data folder holds no labels.csv.
-MAKE_DATA = "make one with python -m common.make_data --root DIR"
+MAKE_DATA = "make one with python -m common.tools.make_data --root DIR"
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from common.cli import (
     positive,
 )
 from common.ddp.normalization import normalize_option, resize_option
+from common.images.layouts import DataLayoutError, csv_flag_problems, layout_of
 from common.images.pixels import ORIENTATIONS
-from common.layouts import DataLayoutError, csv_flag_problems, layout_of
 from common.models import model_problem
 
 
@@ -129,7 +129,7 @@ def run_problems(config: RunSettings) -> dict[str, str]:
 
 
 def data_problem(config: RunSettings) -> dict[str, str]:
-    """``--data DIR`` must be in a layout the trainers read (``common.layouts.layout_of``).
+    """``--data DIR`` must be in a layout the trainers read (``common.images.layouts.layout_of``).
 
     Introduced in docs/scripts.md ("Your own images").
     """

@@ -6,7 +6,7 @@ and cropped once into a uint8 memmap cache (``common.fast.cache``), samples kept
 the batch exists, the whole batch normalized last (``common.fast.BatchNormalize``). The cache
 holds eval crops, so it needs ``--no-augment``; it differs from the decode pipeline only by
 the rounding of each pixel to a uint8 level (checked in chapters/04_1_ddp_fundamentals.ipynb).
-Both read any layout of ``common.layouts``: the shapes, an ImageFolder root, an annotations CSV.
+Both read any layout of ``common.images.layouts``: the shapes, an ImageFolder root, an annotations CSV.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from common.ddp.samplers import ResumableDistributedSampler, ShardSampler
 from common.fast.cache import CacheConfig, CachedImageDataset, ensure_cache
 from common.fast.pipeline import BatchNormalize
 from common.imagenet import IMAGENET_MEAN, IMAGENET_STD
-from common.layouts import ImageData, as_image_data
+from common.images.layouts import ImageData, as_image_data
 from common.loaders import seed_worker
 from common.synthetic import ShapesData
 
@@ -147,7 +147,7 @@ def cached_split(data: ImageData | ShapesData, split: str, size: int,
     Built on first use (every rank may call this at once: a file lock lets one build), opened
     with ``stat`` checks afterwards. Chapter 4.1's cache of the same images is the same folder
     (``data/cache`` beside ``data/shapes``); another layout has a folder of its own
-    (``common.layouts``), and the manifest records the layout and every file with its label.
+    (``common.images.layouts``), and the manifest records the layout and every file with its label.
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
@@ -201,7 +201,7 @@ def build_loaders(config: RunSettings, info: DistInfo, data: ImageData | ShapesD
     ``config`` is a ``TrainConfig`` or an ``FSDPTrainConfig`` (both ``RunSettings``):
     ``--data-pipeline`` picks
     Chapter 2's per-sample decoding or Chapter 3's uint8 cache. ``data`` is any layout of
-    ``common.layouts`` (``resolve_data(config)``), or the shapes of ``common.ensure_data``.
+    ``common.images.layouts`` (``resolve_data(config)``), or the shapes of ``common.ensure_data``.
 
     Returns:
         ``(train_loader, val_loader)``; ``train_loader.sampler`` and ``.dataset`` both

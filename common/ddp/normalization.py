@@ -25,8 +25,8 @@ from common.cli import option
 from common.fast.cache import CacheError
 from common.fast.pipeline import DraftPilDecoder
 from common.imagenet import IMAGENET_MEAN, IMAGENET_STD
+from common.images.layouts import ImageData, file_list
 from common.images.pixels import RESIZES
-from common.layouts import ImageData, file_list
 from common.stats import RunningChannelStats
 
 NORMALIZE = ("auto", "imagenet", "dataset")

@@ -47,7 +47,7 @@ from common.ddp.snapshot import (
 )
 from common.device import seed_everything
 from common.fast.cache import CacheError
-from common.layouts import data_identity, resolve_data
+from common.images.layouts import data_identity, resolve_data
 from common.models import (
     SMALL_CNN,
     check_input_size,
@@ -94,7 +94,7 @@ class Run:
     log: RunLog
     position: Position = Position()
     timing: Timing = field(default_factory=Timing)
-    identity: dict = field(default_factory=dict)  # the data (common.layouts.data_identity)
+    identity: dict = field(default_factory=dict)  # the data (common.images.layouts.data_identity)
 
     def snapshot(self) -> None:
         if self.config.snapshot:

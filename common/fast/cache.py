@@ -10,7 +10,7 @@ Layout of a cache folder::
     .build.lock     the lock a build holds (``ensure_cache``)
 
 What is checked, and when: ``common.fast.cache_files`` (``verify_cache``). The source is a
-``CustomImageDataset`` or an ``ImageFolder`` (``common.layouts.file_list``): its file list (the
+``CustomImageDataset`` or an ``ImageFolder`` (``common.images.layouts.file_list``): its file list (the
 annotations file; the layout and every path and label) is part of the key, by sha256.
 
 Files are written under temporary names and renamed into place, manifest last, so an
@@ -47,10 +47,10 @@ from common.fast.cache_files import (
     verify_cache,
 )
 from common.fast.pipeline import DraftPilDecoder, keep_batch
-from common.layouts import FileList, file_list
+from common.images.layouts import FileList, file_list
 
 #: Every ``source`` below is a ``CustomImageDataset`` or a torchvision ``ImageFolder``: what
-#: ``common.layouts.file_list`` reads.
+#: ``common.images.layouts.file_list`` reads.
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class _DecodeForCache(Dataset):
     def __init__(self, files: FileList, pixels: dict, indices: Sequence[int],
                  config: CacheConfig) -> None:
         self.paths = [str(files.paths[i]) for i in indices]
-        # pixels: --orientation, --resize (common.layouts)
+        # pixels: --orientation, --resize (common.images.layouts)
         self.decoder = DraftPilDecoder(resize_size=config.resize_size,
                                        crop_size=config.crop_size, draft=False, **pixels)
 
@@ -253,7 +253,7 @@ def stale_reason(root: str | os.PathLike, source: Dataset, config: CacheConfig,
 
 def listing_sha256(files: FileList) -> str:
     """sha256 of a source's file list: the annotations file as it is (one small file hashed), or
-    with the class names or the ImageFolder listing that follows it (``common.layouts.FileList``).
+    with the class names or the ImageFolder listing that follows it (``common.images.layouts.FileList``).
 
     Introduced in docs/scripts.md ("Your own images").
     """

@@ -9,7 +9,8 @@ conversion to and from ``torch.save``), ``integrity`` (the digests, step and run
 into every checkpoint's ``.metadata`` and checked before loading), ``lock`` (one writer per
 checkpoint folder), ``loader`` (the ``StatefulDataLoader`` whose per-rank state goes into the
 checkpoint), ``resume`` (the resume contract: settings, data, loader state), ``run_state``
-(``Run``: a run's position and its checkpoints), ``elastic`` (``torchrun --nnodes=1:2`` agents
+(``Run``: a run's position and its checkpoints), ``compilation`` (chapter 6.3's timing of eager
+and ``torch.compile``d functions side by side), ``elastic`` (``torchrun --nnodes=1:2`` agents
 that join a run, and agree on its settings), ``config`` (``FSDPTrainConfig``), and the entry points
 ``train`` (``python -m common.fsdp.train``) and ``bench`` (``make bench-fsdp``), which are
 not imported here. Imports go one way: ``common.fsdp`` uses ``common.ddp`` and the core.

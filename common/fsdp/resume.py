@@ -8,7 +8,7 @@ What a checkpoint must agree with before its tensors are read, in order:
    (settings, data, position) passes ``common.ddp.snapshot.check_resume``, the check every
    trainer shares: every setting outside ``RESUME_MAY_CHANGE`` as saved, each named if not;
    the data as saved (``--data`` is a setting; the class list, and both ``labels.csv`` or
-   ImageFolder file lists by sha256: ``common.layouts.data_identity``, so a folder regenerated
+   ImageFolder file lists by sha256: ``common.images.layouts.data_identity``, so a folder regenerated
    in place, or one with other classes, is told apart too); and a ``--num-epochs`` that
    does not end before the saved position (a longer one extends the run, with the schedule
    rebuilt, and the resume record and a note on stderr say so).

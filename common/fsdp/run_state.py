@@ -56,7 +56,7 @@ class Run:
     save_group: object = None  # the process group of --async-save's writing thread
     pending: tuple[PendingSave, dict] | None = None  # an --async-save not yet published
     run_id: str = ""  # the run's name in its checkpoints and its --checkpoint folder's lock
-    identity: dict = field(default_factory=dict)  # the data (common.layouts.data_identity)
+    identity: dict = field(default_factory=dict)  # the data (common.images.layouts.data_identity)
 
     def extra(self) -> dict:
         """Everything but model and optimizer that a resumed run needs."""

@@ -31,7 +31,7 @@ folder at a time (``DIR/writer.lock``, ``common.fsdp.lock``); and the ranks of a
 agents included, must have been started with the same settings.
 
 ``--data DIR`` is the shapes layout or an ImageFolder root, or ``--train-csv``, ``--train-images``,
-``--val-csv`` and ``--val-images`` the guide's annotations CSVs (``common.layouts``); ``--model``
+``--val-csv`` and ``--val-images`` the guide's annotations CSVs (``common.images.layouts``); ``--model``
 is ``small_cnn`` or a torchvision classifier, its BatchNorm2d layers made GroupNorm.
 """
 
@@ -73,7 +73,7 @@ from common.fsdp.lock import release_lock
 from common.fsdp.resume import claim_on_rank0, plain_settings
 from common.fsdp.run_state import Run
 from common.fsdp.sharding import local_bytes, shard_model
-from common.layouts import data_identity, resolve_data
+from common.images.layouts import data_identity, resolve_data
 from common.models import SMALL_CNN, check_input_size, create_model, groupnorm_only, load_weights
 
 

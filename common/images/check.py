@@ -18,7 +18,7 @@ from pathlib import Path
 
 from common.cli import is_dir, is_file, option, parse_dataclass_args
 from common.images.checking import check_data
-from common.layouts import CSV_FLAGS, csv_flag_problems
+from common.images.layouts import CSV_FLAGS, csv_flag_problems
 
 
 @dataclass

@@ -97,11 +97,11 @@ def _splits(root: Path) -> dict[str, FolderListing]:
 def csv_listing(csv: Path, images: Path, classes: tuple[str, ...] | None = None) -> FolderListing:
     """The guide's layout as a listing: each row's file resolved inside ``images``, refused
     naming the line when it is missing, not a regular file, or not an image by content.
-    ``classes``: the training split's (default: this CSV's, ``common.layouts.csv_classes``).
+    ``classes``: the training split's (default: this CSV's, ``common.images.layouts.csv_classes``).
 
     Introduced in docs/scripts.md ("Your own images").
     """
-    from common.layouts import csv_classes
+    from common.images.layouts import csv_classes
 
     listing = FolderListing(csv)
     frame = read_annotations(csv)

@@ -5,7 +5,7 @@
 (no bytes copied; a copy where links cannot be made, e.g. to another disk) or copies.
 :func:`split_csv` splits a labels CSV (the guide's layout) into ``train.csv`` and ``val.csv``
 beside each other, the image folder untouched. Both keep each class's share
-(``common.digits.stratified_split``: ``round(n * val_fraction)`` of a class's ``n`` images to
+(``common.images.digits.stratified_split``: ``round(n * val_fraction)`` of a class's ``n`` images to
 validation, at least 1) and are seeded: the same input and seed give the same split.
 
 Files with the same bytes (a photo saved twice) go to the same side together; the same bytes
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from common.annotations import BadSampleError, read_annotations, resolve_inside
-from common.digits import stratified_split
+from common.images.digits import stratified_split
 from common.images.listing import list_folder
 
 MODES = ("link", "copy")

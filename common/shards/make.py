@@ -39,7 +39,7 @@ from common.cli import (
     positive,
 )
 from common.data import CustomImageDataset
-from common.layouts import SPLITS, at_least_two_classes, file_list, folder_data, image_folder
+from common.images.layouts import SPLITS, at_least_two_classes, file_list, folder_data, image_folder
 from common.paths import default_data_root
 from common.shards.format import write_shards
 from common.synthetic import ensure_data

@@ -77,7 +77,7 @@ def _examples(data, size: int, count: int):
 def _trainer(data, config: SampleCostConfig, *flags: str):
     from common.ddp.config import parse_config
     from common.ddp.data import build_datasets
-    from common.layouts import as_image_data
+    from common.images.layouts import as_image_data
 
     settings = parse_config(["--data", str(data.root), "--image-size", str(config.image_size),
                              "--subset", str(config.num_images), *flags])
@@ -110,7 +110,7 @@ def _v2_stages(data, size: int, count: int) -> dict:
 
     from common.ddp.data import CropFlip, NormalizeCollate, SeededAugment
     from common.imagenet import IMAGENET_MEAN, IMAGENET_STD
-    from common.layouts import as_image_data
+    from common.images.layouts import as_image_data
 
     layout = as_image_data(data)
     stages = [("decode", v2.ToImage()),

@@ -63,7 +63,7 @@ from common.ddp.process_group import (
     wrap_model,
 )
 from common.ddp.snapshot import Position, check_resume, load_snapshot, read_snapshot, save_snapshot
-from common.layouts import class_identity
+from common.images.layouts import class_identity
 from common.models import SMALL_CNN, check_input_size, create_model, load_weights, model_problem
 from common.paths import default_data_root
 from common.shapes import CLASSES

@@ -1,4 +1,4 @@
-"""common.compilation: the pointwise chain, eager and compiled timed in turn, where eager time goes."""
+"""common.fsdp.compilation: the pointwise chain, eager and compiled timed in turn, where eager time goes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from common.compilation import (
+from common.fsdp.compilation import (
     chain_inputs,
     compare_ms,
     cpp_compiler,

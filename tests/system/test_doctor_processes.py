@@ -1,4 +1,4 @@
-"""Tests for common/doctor.py: each faked condition is flagged, with its fix — the tests that start processes (the rest: tests/unit/test_doctor.py)."""
+"""Tests for common/tools/doctor.py: each faked condition is flagged, with its fix — the tests that start processes (the rest: tests/unit/test_doctor.py)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import dataclasses
 import subprocess
 import sys
 
-from common.doctor import (
+from common.synthetic import verify
+from common.tools.doctor import (
     check_data,
     diagnose,
     report,
 )
-from common.synthetic import verify
 from tests.unit.test_doctor import REPO, config_of, healthy
 
 
@@ -28,7 +28,7 @@ def test_missing_data_is_flagged_with_make_data(tiny_data, tmp_path):
 
 
 def test_command_prints_a_verdict_and_matching_exit_status():
-    result = subprocess.run([sys.executable, "-m", "common.doctor"], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "common.tools.doctor"], capture_output=True,
                             text=True, timeout=120, cwd=REPO)
     lines = result.stdout.strip().splitlines()
     assert lines[-1].startswith("VERDICT:"), result.stdout + result.stderr

@@ -1,4 +1,4 @@
-"""Tests for common.iterable: per-worker (and per-rank) splitting of the CSV stream — the tests that start processes (the rest: tests/unit/test_iterable.py)."""
+"""Tests for common.datasets.iterable: per-worker (and per-rank) splitting of the CSV stream — the tests that start processes (the rest: tests/unit/test_iterable.py)."""
 
 from __future__ import annotations
 

@@ -257,3 +257,39 @@ def unshown_imports(root: Path, modules: dict[str, Path], shown: tuple[str, ...]
         found |= {f"{name} imports {m}" for m in imports(modules[name], modules, top_level=False) | parents
                   if m in modules and m not in visible}
     return sorted(found)
+
+
+def part_of(root: Path, package: str, path: Path) -> str:
+    """The part of ``package`` a module is in: its subpackage (``ddp``), or ``""`` for a module
+    directly in ``package``."""
+    inner = path.relative_to(root / package).parts
+    return inner[0] if len(inner) > 1 else ""
+
+
+def undeclared_parts(root: Path, package: str, core: set[str], layers: dict[str, int]) -> list[str]:
+    """What ``package`` holds that its declaration does not: a top-level module missing from
+    ``core`` (or listed there and absent), a subpackage ``layers`` gives no layer."""
+    top = {path.stem for path in (root / package).glob("*.py")} - {"__init__"}
+    subpackages = {path.parent.name for path in (root / package).glob("*/__init__.py")}
+    return sorted(
+        [f"{package}/{name}.py: a top-level module not in the core's list" for name in top - core]
+        + [f"{package}/{name}.py: in the core's list, not in the tree" for name in core - top]
+        + [f"{package}/{name}/: a package of no layer" for name in subpackages - layers.keys()])
+
+
+def layer_problems(root: Path, package: str, layers: dict[str, int]) -> list[str]:
+    """``"a (layer x) imports b (layer y)"`` for each import, at any depth, of a higher layer.
+
+    ``layers`` gives each part of ``package`` (``""``: its top-level modules, else a subpackage's
+    name) its layer; parts of one layer may import each other. Parts without a layer are
+    ``undeclared_parts``'s to report.
+    """
+    modules = module_files(root, (package,))
+    layer = {name: layers.get(part_of(root, package, path)) for name, path in modules.items()}
+    found = []
+    for name, path in modules.items():
+        for target in sorted(imports(path, modules, top_level=False) & modules.keys()):
+            if None not in (layer[name], layer[target]) and layer[target] > layer[name]:
+                found.append(f"{name} (layer {layer[name]}) imports {target}"
+                             f" (layer {layer[target]})")
+    return found

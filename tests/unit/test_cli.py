@@ -98,9 +98,9 @@ def entry_points(root: Path = REPO) -> list[list[str]]:
 
 def test_entry_points_are_found_in_the_code():
     named = {" ".join(e) for e in entry_points()}
-    for expected in ("-m common.ddp.train", "-m common.doctor", "-m course.grading", "-m common.diagrams",
+    for expected in ("-m common.ddp.train", "-m common.tools.doctor", "-m course.grading", "-m common.diagrams",
                      "-m common.fast.benchmark", "data_scripts/make_synthetic_data.py",
-                     "console companion-make-data common.make_data:main"):
+                     "console companion-make-data common.tools.make_data:main"):
         assert expected in named
 
 

@@ -143,8 +143,8 @@ CASES = [  # (module, argv, exit status, what stderr must name)
     ("common.ddp.bench", ["--data", "{data}", "--per-rank-batch", "32"], 1,  # was a ValueError
      "--per-rank-batch"),
     ("common.ddp.collectives_demo", ["--ranks", "2"], 2, "--ranks"),
-    ("common.doctor", ["--fix"], 2, "--fix"),
-    *[("common.make_data", argv, 2, flag) for argv, flag in [
+    ("common.tools.doctor", ["--fix"], 2, "--fix"),
+    *[("common.tools.make_data", argv, 2, flag) for argv, flag in [
         (["--jpeg-quality", "0"], "--jpeg-quality"), (["--jpeg-quality", "1000"], "--jpeg-quality"),
         (["--min-size", "2", "--max-size", "3"], "--min-size"),
         (["--min-size", "64", "--max-size", "32"], "--max-size"),
@@ -165,7 +165,7 @@ CASES = [  # (module, argv, exit status, what stderr must name)
     ("course.publishing.site", ["--root", "{file}", "--out", "{site}"], 2, "--root"),
     ("course.publishing.site", ["--root", "{dir}", "--out", "{site}"], 2, "--root"),
     ("course.publishing.site", ["--out", "{file}"], 2, "--out"),
-    ("common.make_data", ["--root", "/proc/companion/shapes"], 1, "--root"),  # a FileNotFoundError traceback before
+    ("common.tools.make_data", ["--root", "/proc/companion/shapes"], 1, "--root"),  # a FileNotFoundError traceback before
     ("course.publishing.site", ["--out", "."], 2, "--out"),  # the repository itself (a ValueError traceback before)
     ("course.publishing.site", ["--out", "/"], 2, "--out"),
     ("course.publishing.translate", ["status", "--chapters", "{missing}"], 2, "--chapters"),

@@ -1,4 +1,4 @@
-"""common/digits.py: arrays written out as an ImageFolder (chapter 7), on tiny arrays, no scikit-learn.
+"""common/images/digits.py: arrays written out as an ImageFolder (chapter 7), on tiny arrays, no scikit-learn.
 
 The chapter runs it on scikit-learn's digits under nbval; here the split, the scaling and the
 refusals are checked on a few 4x4 images.
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from common.digits import stratified_split, to_uint8, write_digits_folder
-from common.layouts import folder_data
+from common.images.digits import stratified_split, to_uint8, write_digits_folder
+from common.images.layouts import folder_data
 
 LABELS = np.array([0] * 10 + [1] * 5 + [2] * 3)
 

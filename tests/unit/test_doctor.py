@@ -1,4 +1,4 @@
-"""Tests for common/doctor.py: each faked condition is flagged, with its fix."""
+"""Tests for common/tools/doctor.py: each faked condition is flagged, with its fix."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from common.doctor import (
+from common.synthetic import SyntheticConfig, verify
+from common.tools.doctor import (
     SHM_MINIMUM,
     Facts,
     check_data,
@@ -28,7 +29,6 @@ from common.doctor import (
     summary,
     verdict,
 )
-from common.synthetic import SyntheticConfig, verify
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,7 +79,7 @@ def test_wrong_venv_is_flagged_with_the_fix(tiny_data, tmp_path):
                                 executable=str(other / "bin/python"))
     check = check_interpreter(facts)
     assert check.status == "problem" and str(other / "bin/python") in check.detail
-    assert ".venv/bin/python -m common.doctor" in check.fix
+    assert ".venv/bin/python -m common.tools.doctor" in check.fix
     assert statuses(facts)["interpreter"] == "problem"
     assert "interpreter" in verdict(diagnose(facts))
 
@@ -169,4 +169,4 @@ def test_summary_says_what_is_wrong_and_where_the_full_report_is(tiny_data, tmp_
     lines = summary(broken).splitlines()
     assert "torchvision NOT INSTALLED" in lines[0] and len(lines) == 4
     assert "interpreter" in lines[3] and "packages" in lines[3]
-    assert "python -m common.doctor" in lines[3]
+    assert "python -m common.tools.doctor" in lines[3]

@@ -1,4 +1,4 @@
-"""Tests for common.iterable: per-worker (and per-rank) splitting of the CSV stream."""
+"""Tests for common.datasets.iterable: per-worker (and per-rank) splitting of the CSV stream."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 from torchvision import transforms
 
 from common.data import BadSampleError
-from common.iterable import CsvImageStream
+from common.datasets.iterable import CsvImageStream
 from tests.unit.test_data import png_header
 
 TO_TENSOR = transforms.Compose([transforms.Resize((8, 8)), transforms.PILToTensor()])

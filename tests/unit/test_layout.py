@@ -7,6 +7,7 @@ imports an entry point, a facade lists its own package's names, one name per fun
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,19 @@ import pytest
 from tests.unit import layout
 
 REPO = Path(__file__).resolve().parents[2]
-CHAPTER_PACKAGES = ("fast", "ddp", "shards", "fsdp")
+#: The core's top-level modules (ARCHITECTURE.md), each used by more than one chapter: what chapters
+#: 1-2 teach and later chapters use again, and the helpers of every chapter. A module one chapter
+#: alone uses goes to that chapter's package, not here.
+CORE = frozenset({
+    "annotations", "atomic_io", "cli", "data", "device", "digests", "imagenet", "lazy", "loaders", "models",
+    "paths", "plotting", "readings", "shapes", "source", "stats", "storage", "synthetic", "training",
+    "transforms"})
+#: Each part of ``common`` and its layer: ``""`` the top-level modules, and ``images`` (chapter 7,
+#: read by every trainer's ``--data``) the core; each chapter package its chapter (``datasets``:
+#: chapter 2.3's); the programs beside the chapters on top. A module imports its own layer and
+#: those below.
+LAYERS = {"": 0, "images": 0, "datasets": 2, "fast": 3, "ddp": 4, "shards": 5, "fsdp": 6,
+          "tools": 9, "diagrams": 9}
 
 
 def _imports(path: Path) -> set[str]:
@@ -36,22 +49,45 @@ def test_nothing_in_common_imports_the_course_tooling(path):
     assert not {m for m in _imports(path) if m == "course" or m.startswith("course.")}
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "common").glob("*.py")),
-                         ids=lambda p: p.name)
-def test_the_core_imports_no_chapter_package(path):
-    chapter = {m for m in _imports(path) if m.split(".")[:2][-1] in CHAPTER_PACKAGES
-               and m.startswith("common.")}
-    assert not chapter, f"{path.name} (core) imports {chapter}"
+def test_the_core_is_its_list_and_every_package_has_a_layer():
+    """An extra top-level module, a listed one gone or a subpackage of no layer fails here."""
+    assert len(CORE) <= 20, "the core holds what several chapters use: keep it small"
+    assert layout.undeclared_parts(REPO, "common", set(CORE), LAYERS) == []
 
 
-def test_chapter_packages_import_only_earlier_chapters():
-    order = {"fast": 3, "ddp": 4, "shards": 5, "fsdp": 6}
-    for package, chapter in order.items():
-        for path in _modules(f"common/{package}"):
-            for module in _imports(path):
-                parts = module.split(".")
-                if parts[0] == "common" and len(parts) > 1 and parts[1] in order:
-                    assert order[parts[1]] <= chapter, f"{path} imports {module}"
+def test_imports_go_down_the_layers_of_common():
+    """The core imports no chapter package and no tool; a chapter package only earlier chapters'
+    packages and the core; at any depth (an import inside a function loads the module too)."""
+    assert layout.layer_problems(REPO, "common", LAYERS) == []
+
+
+def test_an_extra_module_or_an_import_up_the_layers_is_found_in_a_tree(tmp_path):
+    _tree(tmp_path, {
+        "pkg/__init__.py": "", "pkg/cli.py": "", "pkg/extra.py": "",
+        "pkg/data.py": "def late():\n    from pkg.ch5.reader import read\n",
+        "pkg/ch3/__init__.py": "from pkg import data\nimport pkg.ch5\n", "pkg/ch5/__init__.py": "",
+        "pkg/ch5/reader.py": "from pkg.ch3 import x\nfrom pkg.tools import doctor\n",
+        "pkg/tools/__init__.py": "", "pkg/tools/doctor.py": "from pkg.ch5 import reader\n",
+        "pkg/odd/__init__.py": ""})
+    layers = {"": 0, "ch3": 3, "ch5": 5, "tools": 9}
+    assert layout.undeclared_parts(tmp_path, "pkg", {"cli", "data", "gone"}, layers) == [
+        "pkg/extra.py: a top-level module not in the core's list",
+        "pkg/gone.py: in the core's list, not in the tree", "pkg/odd/: a package of no layer"]
+    assert layout.layer_problems(tmp_path, "pkg", layers) == [
+        "pkg.ch3 (layer 3) imports pkg.ch5 (layer 5)",
+        "pkg.ch5.reader (layer 5) imports pkg.tools.doctor (layer 9)",
+        "pkg.data (layer 0) imports pkg.ch5.reader (layer 5)"]
+
+
+def test_the_architecture_doc_lists_the_core():
+    """ARCHITECTURE.md's core table names every module of ``CORE``, and no other."""
+    text = (REPO / "ARCHITECTURE.md").read_text()
+    section = text.split("## `common/` — the core", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    named = {name for row in rows for name in re.findall(r"`(\w+)`", row)}
+    assert named == CORE, (f"the table, not CORE: {sorted(named - CORE)}; "
+                           f"CORE, not the table: {sorted(CORE - named)}")
+    assert "| `images/` |" in section
 
 
 #: A module holds one role (STYLE.md); past this many lines it is two, and fails here.
@@ -77,7 +113,7 @@ def test_the_size_rule_would_catch_a_long_module(tmp_path):
 
 def test_the_architecture_doc_names_every_package():
     text = (REPO / "ARCHITECTURE.md").read_text()
-    for package in ("common/", "common/fast/", "common/ddp/", "common/shards/", "common/fsdp/", "course/"):
+    for package in ("common/", *(f"common/{part}/" for part in LAYERS if part), "course/"):
         assert f"`{package}`" in text
 
 
@@ -126,10 +162,10 @@ def test_the_course_tooling_has_no_import_circle():
 def test_the_entry_points_are_found():
     entries = layout.entry_points(REPO, layout.module_files(REPO, ("common",)))
     assert {"common.ddp.train", "common.ddp.bench", "common.fast.benchmark", "common.shards.bench",
-            "common.make_data", "common.diagrams.__main__"} <= entries
+            "common.tools.make_data", "common.diagrams.__main__"} <= entries
     assert not {"common.ddp.trainer", "common.fast.timing", "common.models"} & entries
     assert layout.console_scripts(REPO / "pyproject.toml") == {
-        "common.make_data", "common.shards.make", "common.images.check", "common.images.split"}
+        "common.tools.make_data", "common.shards.make", "common.images.check", "common.images.split"}
 
 
 def test_an_import_of_an_entry_point_is_found_in_a_tree(tmp_path):

@@ -1,4 +1,4 @@
-"""common.layouts: your images in the trainers' layouts, read as they are, refused by name.
+"""common.images.layouts: your images in the trainers' layouts, read as they are, refused by name.
 
 Real image files (``tests/unit/your_images.py``: 3 classes, modes L, RGBA, P and RGB, JPEG and
 PNG, every size different); the oracle for the ImageFolder layout is torchvision's own listing.
@@ -21,7 +21,7 @@ from common.annotations import BadSampleError
 from common.data import CustomImageDataset
 from common.ddp.config import parse_config
 from common.fast.cache import CacheConfig, ensure_cache
-from common.layouts import (
+from common.images.layouts import (
     DataLayoutError,
     as_image_data,
     csv_data,

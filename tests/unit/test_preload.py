@@ -1,4 +1,4 @@
-"""Tests for common.preload: decode once, transform per access."""
+"""Tests for common.datasets.preload: decode once, transform per access."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from torchvision import transforms
 
 from common.data import CustomImageDataset
-from common.preload import PreloadedDataset
+from common.datasets.preload import PreloadedDataset
 
 
 def test_preloaded_dataset_matches_resizing_on_the_fly(tiny_data):

@@ -24,10 +24,10 @@ from common.annotations import BadSampleError
 from common.data import load_rgb
 from common.fast.cache import CacheConfig, CachedImageDataset, ensure_cache
 from common.images.checking import check_data
+from common.images.layouts import csv_data, folder_data
 from common.images.listing import FolderError, list_folder
 from common.images.pixels import viewer_rgb
 from common.images.splitting import split_csv, split_folder
-from common.layouts import csv_data, folder_data
 from common.shards.format import decode_image, read_manifest, read_shard
 from common.shards.make import convert_imagefolder
 from common.shards.members import source_of
@@ -213,7 +213,7 @@ def test_resize_and_normalize_are_the_same_on_the_decode_and_cache_paths(messy, 
     from common.ddp.config import parse_config
     from common.ddp.normalization import run_statistics
     from common.fast.pipeline import DraftPilDecoder
-    from common.layouts import resolve_data
+    from common.images.layouts import resolve_data
     from common.transforms import V2EvalPreset
 
     root = _copy(messy[0], tmp_path)

@@ -1,4 +1,4 @@
-"""Tiny real image datasets for the tests of ``common.layouts`` and the trainers on them.
+"""Tiny real image datasets for the tests of ``common.images.layouts`` and the trainers on them.
 
 Three classes, images of mixed sizes and modes (L and RGB as JPEG; RGBA and P as PNG, which JPEG
 cannot hold), each class its own colour so that a model can tell them apart. Two layouts of the

@@ -75,8 +75,8 @@ from common.ddp.config import parse_config
 from common.ddp.launch import launch_env, rank_error, torchrun_command
 from common.ddp.train import main as train_ddp
 from common.device import plan_device
-from common.digits import to_uint8, write_digits_folder
-from common.layouts import csv_data
+from common.images.digits import to_uint8, write_digits_folder
+from common.images.layouts import csv_data
 from common.source import show_file
 from course.student.checks import checks, hints
 
@@ -146,7 +146,7 @@ assert guess_score(np.array([7, 7, 2]), [2, 7, 7, 7]) == 0.75, "NumPy training l
 # class) and whether it belongs to the `train` or the `test` subset. The trainers read such data without
 # copying a single image, through the guide's layout (§2.2.1): an annotations CSV (`file_name,label`) and
 # its image folder for each split, given as `--train-csv`, `--train-images`, `--val-csv` and `--val-images`
-# (`common.layouts.csv_data` reads them). The next cell writes the data; look at its CSV.
+# (`common.images.layouts.csv_data` reads them). The next cell writes the data; look at its CSV.
 
 # %%
 INSPECTION = workdir / "inspection"

@@ -3,7 +3,7 @@
 Chapter 7 carries scikit-learn's copy of the UCI handwritten digits (``load_digits``: 1,797
 greyscale 8x8 images, pixel values 0..16, ten classes) through the course. This module takes
 the arrays, not scikit-learn (the ``digits`` extra; ``common`` needs only the runtime
-dependencies), and writes them as the layout ``common.layouts`` reads::
+dependencies), and writes them as the layout ``common.images.layouts`` reads::
 
     ROOT/train/<class>/<index>.png      ROOT/val/<class>/<index>.png
 
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from common.layouts import SPLITS
+from common.images.layouts import SPLITS
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Check this environment and say what to fix: ``python -m common.doctor`` (``make doctor``).
+"""Check this environment and say what to fix: ``python -m common.tools.doctor`` (``make doctor``).
 
 It first gathers facts (versions, devices, CPUs, start method, ``/dev/shm``, the data,
 which interpreter runs) into a ``Facts`` record, then runs small check functions on it,
@@ -210,7 +210,7 @@ def check_interpreter(facts: Facts) -> Check:
         return Check("interpreter", "info", f"{what} runs in the conda env {conda}")
     fix = ("in JupyterLab pick the kernel of the .venv (start it with `make lab`, or register it "
            "once: `.venv/bin/python -m ipykernel install --user --name torch-pipelines`)"
-           if facts.in_kernel else "run `make doctor`, or `.venv/bin/python -m common.doctor`")
+           if facts.in_kernel else "run `make doctor`, or `.venv/bin/python -m common.tools.doctor`")
     return Check("interpreter", "problem",
                  # the whole path: it is what the user must find and replace
                  f"{what} is {facts.executable}, not {display_path(venv)}/bin/python", fix)
@@ -346,7 +346,7 @@ def summary(facts: Facts | None = None) -> str:
     """The short form for a notebook's first page: versions, the device, the data (three lines).
 
     A line more names any other check that found a problem or a warning, and the command
-    that prints the full report with the fixes (``python -m common.doctor``).
+    that prints the full report with the fixes (``python -m common.tools.doctor``).
 
     Introduced in chapters/01_pytorch_basics.ipynb.
     """
@@ -359,7 +359,7 @@ def summary(facts: Facts | None = None) -> str:
     others = [c.name for c in checks if c.status in ("problem", "warn") and c.name != "data"]
     if others:
         lines.append(f"also {len(others)} to look at ({', '.join(others)}): run "
-                     "`python -m common.doctor` for the full report and the fixes")
+                     "`python -m common.tools.doctor` for the full report and the fixes")
     return "\n".join(lines)
 
 
@@ -380,7 +380,7 @@ def _data_line(checks: list[Check]) -> str:
 
 @dataclass
 class DoctorConfig:
-    """``python -m common.doctor`` takes no options; ``--help`` says what it checks."""
+    """``python -m common.tools.doctor`` takes no options; ``--help`` says what it checks."""
 
 
 def main(argv: list[str] | None = None) -> int:

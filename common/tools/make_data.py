@@ -1,8 +1,8 @@
 """Generate (or verify) the synthetic shapes dataset used by every chapter.
 
-    python -m common.make_data                 # into the data folder, if missing or damaged
-    python -m common.make_data --force         # regenerate anyway
-    python -m common.make_data --root /tmp/shapes --num-train 60 --num-val 12
+    python -m common.tools.make_data                 # into the data folder, if missing or damaged
+    python -m common.tools.make_data --force         # regenerate anyway
+    python -m common.tools.make_data --root /tmp/shapes --num-train 60 --num-val 12
 
 The same command is ``companion-make-data`` after ``pip install`` and
 ``python data_scripts/make_synthetic_data.py`` (``make data``) in a checkout. The data folder
@@ -63,7 +63,7 @@ def check_config(config: MakeDataConfig) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m common.make_data`` (and ``companion-make-data``).
+    """Entry point of ``python -m common.tools.make_data`` (and ``companion-make-data``).
 
     Introduced in chapters/01_pytorch_basics.ipynb.
     """
