@@ -163,7 +163,7 @@ class CustomImageDataset(Dataset):
         max_pixels: Refuse images with more pixels (default ``PIL.Image.MAX_IMAGE_PIXELS``;
             see ``check_pixels``).
         annotations: ``annotations_file`` as ``read_annotations`` returned it, if the caller
-            has read it already (``common.layouts``: each CSV parsed once).
+            has read it already (``common.images.layouts``: each CSV parsed once).
 
     A file listed on several lines with one label is kept once per line (oversampling) and
     reported in a warning and ``self.duplicates``; a file listed with two different labels

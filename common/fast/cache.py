@@ -65,7 +65,7 @@ class CacheConfig:
 
 
 def source_fingerprint(files: FileList, indices: Sequence[int]) -> str:
-    """sha256 over the file list ``files`` (``common.layouts.file_list`` of the source: the
+    """sha256 over the file list ``files`` (``common.images.layouts.file_list`` of the source: the
     annotations file; an ImageFolder's paths and labels) and the bytes of every selected image,
     in order.
 

@@ -11,7 +11,6 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from course.publishing import code_comments
 from course.assignments import (
     BEGIN_HIDDEN,
     BEGIN_SOLUTION,
@@ -32,6 +31,7 @@ from course.assignments import (
     write_work_files,
 )
 from course.assignments.__main__ import main
+from course.publishing import code_comments
 from course.publishing.translate import zh_dir
 from course.student.checks import HINTS, answered, checks, hint_texts, hints
 from course.student.messages import CHINESE

@@ -257,16 +257,16 @@ def test_a_run_lists_each_folder_once_and_parses_each_csv_once(pets, guide, tmp_
                                                               layout, pipeline):
     import common.data
     import common.fast.cache
-    import common.layouts
+    import common.images.layouts
     from common.ddp import trainer
     from common.ddp.process_group import DistInfo
 
     root = _copy(pets if layout == "imagefolder" else guide, tmp_path)
     flags = ["--data", str(root)] if layout == "imagefolder" else csv_flags(root)
     parsed, listed, file_lists = Counter(), Counter(), Counter()
-    for module in (common.layouts, common.data):
+    for module in (common.images.layouts, common.data):
         _counting(monkeypatch, module, "read_annotations", parsed)
-    _counting(monkeypatch, common.layouts, "list_folder", listed)
+    _counting(monkeypatch, common.images.layouts, "list_folder", listed)
     _counting(monkeypatch, common.fast.cache, "file_list", file_lists)  # keyed by the dataset
     config = parse_config(["--tiny", *flags, "--data-pipeline", pipeline, "--no-augment",
                            "--max-steps", "1", "--normalize", "dataset"])
