@@ -15,7 +15,7 @@ symbolic or hard link is refused, not followed. Six processes at four trust leve
 level trusting the ones below it less::
 
     1. the host: the instructor's uid; runs no student code
-    grader  (grader.py, submission.py, judges.py, report.py)
+    grader  (classroom.py, submission.py, judges.py, report.py)
       |  ^   JSON lines, one reply per request: begin, setup cells, answers, checks go down;
       |  |   one request goes up: the judge's "place" {key, pid} (put this checker into the
       |  |   exercise's cgroups), answered "placed" {ok} before the checker may go on; keeps
@@ -154,11 +154,11 @@ level trusting the ones below it less::
 
 Layout
 ------
-Host side: ``config`` (what to grade, the report's rows), ``grader`` (submissions, scores,
+Host side: ``config`` (what to grade, the report's rows), ``classroom`` (submissions, scores,
 the command line), ``report`` (``grades.csv``, ``grades.json``, feedback), ``text`` (strings
 from a submission, made safe), ``judges`` (starting judges and speaking to them), ``sandbox``
 (bubblewrap's allow-list, setpriv, the file guard), ``uids`` (each judge's uid: fresh as root,
-subordinate for an ordinary user), ``cgroups`` (an exercise's cgroups), ``self_grade`` (a learner's
+subordinate for an ordinary user), ``cgroups`` (an exercise's cgroups), ``learner`` (a learner's
 own notebook, ``--self``).
 Inside the sandbox: ``inside/``. The student runtime (``course.student``) is what the
 exercise notebooks import.

@@ -1,6 +1,6 @@
 """One submitted notebook: read without following links, its answer cells put into the instructor
 source, turned into the judge's requests (what must not run refused first, what was left as handed out
-only recorded), and each exercise scored from the judge's replies. The grader (``grader``) does this
+only recorded), and each exercise scored from the judge's replies. The grader (``classroom``) does this
 for every submission and runs the judges in between.
 """
 

@@ -20,8 +20,8 @@ import nbformat
 import pytest
 
 from course.assignments import exercises_dir, exercises_of, solutions_dir, student_version
+from course.grading.classroom import SandboxRequired, grade, main
 from course.grading.config import GradingConfig
-from course.grading.grader import SandboxRequired, grade, main
 from course.grading.judges import Run
 from course.grading.report import write_report
 from course.grading.submission import graded_notebook, read_submission, score

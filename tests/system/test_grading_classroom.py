@@ -17,8 +17,8 @@ import pytest
 
 from course.assignments import exercises_dir, exercises_of, solutions_dir, work_files
 from course.grading import judges
+from course.grading.classroom import grade
 from course.grading.config import GradingConfig
-from course.grading.grader import grade
 from course.grading.sandbox import choose_sandbox
 from tests.fixtures.submissions.make_submissions import with_answers
 

@@ -27,8 +27,8 @@ import nbformat
 import pytest
 
 from course.grading.cgroups import Cgroups
+from course.grading.classroom import grade
 from course.grading.config import GradingConfig
-from course.grading.grader import grade
 from course.grading.report import write_report
 from course.grading.uids import OWN, SHARED
 from tests.fixtures.submissions.hostile import LIMITED, LIMITED_POINTS

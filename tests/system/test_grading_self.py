@@ -13,8 +13,8 @@ import nbformat
 import pytest
 
 from course.assignments import exercises_dir, exercises_of, solutions_dir
+from course.grading.learner import main
 from course.grading.sandbox import choose_sandbox
-from course.grading.self_grade import main
 from tests.fixtures.submissions.make_submissions import solution_of
 from tests.system_parts import require
 

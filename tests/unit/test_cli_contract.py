@@ -180,7 +180,7 @@ CASES = [  # (module, argv, exit status, what stderr must name)
     ("course.assignments", ["build", "--out", "{file}"], 2, "--out"),
     ("course.assignments", ["build", "--sources", "{ex}", "--out", "{ex}"], 2, "--out"),
     ("course.assignments", ["build", "--sources", "{ex}"], 2, "--out"),  # not solutions/: no learner folder
-    *[("course.grading.grader", ["--submissions", "{dir}", "--out", "{root}/grades", *argv], 2, flag)
+    *[("course.grading.classroom", ["--submissions", "{dir}", "--out", "{root}/grades", *argv], 2, flag)
       for argv, flag in [  # each made a correct submission score 0/10 (8/10 for --memory-mb -1), rc 0
           (["--cell-timeout", "0"], "--cell-timeout"), (["--cpu-seconds", "0"], "--cpu-seconds"),
           (["--processes", "0"], "--processes"), (["--open-files", "0"], "--open-files"),
@@ -188,14 +188,14 @@ CASES = [  # (module, argv, exit status, what stderr must name)
           (["--file-mb", "0"], "--file-mb"), (["--timeout", "nan"], "--timeout"),
           (["--cell-timeout", "inf"], "--cell-timeout"), (["--memory-mb", "nan"], "--memory-mb"),
           (["--sources", "{missing}"], "--sources"), (["--out", "{file}"], "--out")]],
-    ("course.grading.grader", ["--submissions", "{file}"], 2, "--submissions"),
+    ("course.grading.classroom", ["--submissions", "{file}"], 2, "--submissions"),
     # An empty --sources graded every student against nothing, rc 0; an --out inside
     # --submissions put everyone's grades into a student's folder (or made them a student).
-    ("course.grading.grader", ["--submissions", "{subs}", "--out", "{root}/grades", "--sources",
+    ("course.grading.classroom", ["--submissions", "{subs}", "--out", "{root}/grades", "--sources",
                                "{dir}"], 2, "--sources"),
-    ("course.grading.grader", ["--submissions", "{subs}", "--out", "{subs}/alice"], 2, "--out"),
-    ("course.grading.grader", ["--submissions", "{subs}", "--out", "{subs}"], 2, "--out"),
-    ("course.grading.grader", ["--submissions", "{dir}", "--out", "{root}/grades", "--notebooks",
+    ("course.grading.classroom", ["--submissions", "{subs}", "--out", "{subs}/alice"], 2, "--out"),
+    ("course.grading.classroom", ["--submissions", "{subs}", "--out", "{subs}"], 2, "--out"),
+    ("course.grading.classroom", ["--submissions", "{dir}", "--out", "{root}/grades", "--notebooks",
                                "ex99_nothing"], 1, "ex99_nothing"),
 ]
 

@@ -116,7 +116,7 @@ def test_the_hints_opened_are_the_highest_level_of_a_hint_cell_that_ran():
 
 @pytest.mark.parametrize("cost, expected", [(0.0, 2.0), (0.5, 1.0), (5.0, 0.0)])
 def test_opened_hints_change_a_score_only_where_the_instructor_asks(tmp_path, monkeypatch, cost, expected):
-    from course.grading import grader
+    from course.grading import classroom
     from course.grading.judges import Run
 
     solution = (solutions_dir() / ANSWER).read_text(encoding="utf-8")
@@ -124,8 +124,8 @@ def test_opened_hints_change_a_score_only_where_the_instructor_asks(tmp_path, mo
     nb = nbformat.read(folder / SOURCE.name, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell('hint("ex2", 1)\nhint("ex2", 2)', execution_count=1))
     nbformat.write(nb, folder / SOURCE.name)
-    monkeypatch.setattr(grader, "run_notebook", lambda *a, **k: Run(replies={"ex2": {"check_error": None}}))
+    monkeypatch.setattr(classroom, "run_notebook", lambda *a, **k: Run(replies={"ex2": {"check_error": None}}))
     config = GradingConfig(submissions=tmp_path / "subs", out=tmp_path / "out", hint_cost=cost)
-    rows, _ = grader.grade_notebook("me", SOURCE, folder / SOURCE.name, config, "none", None)
+    rows, _ = classroom.grade_notebook("me", SOURCE, folder / SOURCE.name, config, "none", None)
     row = next(r for r in rows if r.exercise.endswith("/ex2"))
     assert row.points == expected and (cost == 0) == ("hint" not in row.message), row

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from course.assignments import exercises_dir, exercises_of, solutions_dir, student_version
-from course.grading import grader, submission
+from course.grading import classroom, submission
 from course.grading.config import GradingConfig
 from course.publishing.translate import zh_dir
 
@@ -71,17 +71,17 @@ def test_a_blank_submission_is_graded_without_starting_a_judge(tmp_path, monkeyp
     def no_judge(*args, **kwargs):
         raise AssertionError("a judge was started for a notebook with nothing to run")
 
-    monkeypatch.setattr(grader, "run_notebooks", no_judge)
-    monkeypatch.setattr(grader, "run_notebook", no_judge)
-    monkeypatch.setattr(grader, "choose_sandbox", lambda wanted: ("none", "no sandbox in this test"))
-    monkeypatch.setattr(grader, "own_uids", lambda config, sandbox: (None, ""))
-    monkeypatch.setattr(grader, "file_guard", lambda config: None)
-    monkeypatch.setattr(grader, "may_drop", lambda config, sandbox: False)
+    monkeypatch.setattr(classroom, "run_notebooks", no_judge)
+    monkeypatch.setattr(classroom, "run_notebook", no_judge)
+    monkeypatch.setattr(classroom, "choose_sandbox", lambda wanted: ("none", "no sandbox in this test"))
+    monkeypatch.setattr(classroom, "own_uids", lambda config, sandbox: (None, ""))
+    monkeypatch.setattr(classroom, "file_guard", lambda config: None)
+    monkeypatch.setattr(classroom, "may_drop", lambda config, sandbox: False)
     sources = tmp_path / "sources"
     sources.mkdir()
     shutil.copy(solutions_dir() / NAME, sources / NAME)
     _submit(tmp_path, "blank", nbformat.read(exercises_dir() / NAME, as_version=4))
     config = GradingConfig(tmp_path / "subs", tmp_path / "out", sources=sources, trusted=True, sandbox="none")
-    results, _ = grader.grade(config)
+    results, _ = classroom.grade(config)
     assert len(results) == len(exercises_of(nbformat.read(sources / NAME, as_version=4)))
     assert all(r.points == 0 and r.message.startswith("not attempted") for r in results), results

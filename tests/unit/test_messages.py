@@ -20,8 +20,8 @@ from course.assignments import (
     strip_hidden_tests,
     student_version,
 )
+from course.grading.classroom import grade_notebook
 from course.grading.config import GradingConfig
-from course.grading.grader import grade_notebook
 from course.grading.judges import Run
 from course.grading.submission import score
 from course.publishing.translate import LANGUAGE, zh_dir
@@ -196,7 +196,7 @@ def test_the_feedback_of_a_chinese_submission_is_chinese(tmp_path, monkeypatch, 
     path = _submission(tmp_path, "student", (zh_dir() / "exercises" if edition == "zh" else exercises_dir()) / EX01)
     failed = {"check_error": "AssertionError: expected shape (50, 3), got (50,)", "tampered": [], "rebound": []}
     run = Run(replies={"ex1": failed, **{f"ex{i}": {"check_error": None} for i in range(2, 6)}})
-    monkeypatch.setattr("course.grading.grader.run_notebook", lambda *args, **kwargs: run)
+    monkeypatch.setattr("course.grading.classroom.run_notebook", lambda *args, **kwargs: run)
     config = GradingConfig(submissions=tmp_path / "subs", out=tmp_path / "out")
     results, _ = grade_notebook("student", source, path, config, "none", None)
     assert results[0].message == "check failed: AssertionError: expected shape (50, 3), got (50,)"

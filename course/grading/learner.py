@@ -3,7 +3,7 @@ exercise notebook where it is, its answer files beside it, hidden checks include
 
 The notebook and the answer files of its file exercises (``ex04_work/fixed_ddp.py`` ...) are copied into a
 submissions folder of one student, ``me``, under ``--out`` (``build/grade-me``), and graded as an instructor
-grades a class (``course.grading.grader``): against the instructor source of the notebook's edition (a
+grades a class (``course.grading.classroom``): against the instructor source of the notebook's edition (a
 notebook of ``chapters/zh/exercises/``, or one whose metadata says Chinese, against
 ``chapters/zh/exercises/solutions/``). Where bubblewrap works the answers run in the sandbox; where it does
 not they run as trusted work (they are the learner's own), and the command says so. It prints the points
@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import nbformat
 
+    from course.grading.classroom import CannotGrade, SandboxRequired, grade
     from course.grading.config import GradingConfig
-    from course.grading.grader import CannotGrade, SandboxRequired, grade
     from course.grading.report import write_report
     from course.grading.sandbox import choose_sandbox
 
