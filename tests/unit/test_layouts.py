@@ -244,7 +244,11 @@ def test_a_subset_of_an_imagefolder_keeps_every_class(pets, tiny_data):
 def _counting(monkeypatch, module, name: str, calls: Counter) -> None:
     real = getattr(module, name)
 
+    alive = []  # a counted dataset lives until the test ends, so no id is reused for another
+
     def counted(where, *args, **kwargs):  # a path, or a dataset (one key per object)
+        if not isinstance(where, str | os.PathLike):
+            alive.append(where)
         calls[os.fspath(where) if isinstance(where, str | os.PathLike) else id(where)] += 1
         return real(where, *args, **kwargs)
 
