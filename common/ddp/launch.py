@@ -1,6 +1,7 @@
 """Launching ``torchrun`` as a subprocess: how notebooks and tests start multi-process work.
 
-(``python -m common.ddp.torchrun`` is torchrun for a terminal, a failed job in one line.)
+The command is ``python -m common.ddp.torchrun``: torchrun with torchrun's arguments, whose failed
+job ends in one line per cause (``common/ddp/torchrun.py``); a terminal can run it as well.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ import socket
 import subprocess
 import sys
 from collections.abc import Sequence
+
+#: The module the commands of ``torchrun_command`` run: torchrun, a failed job in one line per cause.
+LAUNCHER = "common.ddp.torchrun"
 
 
 def free_port() -> int:
@@ -27,15 +31,18 @@ def torchrun_command(module: str, args: Sequence[str] = (), *, nproc_per_node: i
                      max_restarts: int = 0) -> list[str]:
     """The ``torchrun ... -m module args`` command line, as a list for ``subprocess``.
 
-    It calls ``python -m torch.distributed.run`` (what the ``torchrun`` script runs) with
-    this interpreter, so it uses the same environment as the caller. With one node and no
-    endpoint it is ``--standalone`` (a local rendezvous on a free port); otherwise a c10d
-    rendezvous at ``rdzv_endpoint`` that ``nnodes`` agents join. ``module`` may also be a
+    It calls ``python -m common.ddp.torchrun`` with this interpreter, so it uses the same
+    environment as the caller. That is torchrun (``python -m torch.distributed.run``, what the
+    ``torchrun`` script runs) with the same arguments, except that a failed job ends in one line
+    per cause (``ranks 0, 1: error: cannot decode image ...``), not in each rank's line followed
+    by the agent's ``ChildFailedError`` traceback; a job that succeeds prints the same. With one
+    node and no endpoint it is ``--standalone`` (a local rendezvous on a free port); otherwise a
+    c10d rendezvous at ``rdzv_endpoint`` that ``nnodes`` agents join. ``module`` may also be a
     script (a path ending in ``.py``).
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}"]
+    command = [sys.executable, "-m", LAUNCHER, f"--nproc-per-node={nproc_per_node}"]
     if nnodes == 1 and rdzv_endpoint is None:
         command.append("--standalone")
     else:

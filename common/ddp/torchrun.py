@@ -12,8 +12,14 @@ that said it::
 
 with exit status 1, as torchrun's. A rank that only stopped because another one failed is left
 out when another rank says why; a rank that crashed with its own traceback (printed by the rank)
-gets a line with its exit code or signal. The agent's log lines are left out; anything else that
-stops the agent (a rendezvous that times out, a bad flag) is torchrun's own message.
+gets a line with its exit code or signal. The agent's report of the failure that ends the job
+(its "failed (exitcode: ...)" line and the signals it sends the other ranks) is left out; a failure
+it restarts the group from (``--max-restarts``) is reported as torchrun reports it, and so is anything
+else: a job that succeeds prints what it prints under torchrun. Anything else that stops the agent
+(a rendezvous that times out, a bad flag) is torchrun's own message.
+
+``common.ddp.launch.torchrun_command`` builds this command, so every launch of the chapters,
+exercises and benchmarks goes through it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,27 @@ from collections.abc import Mapping, Sequence
 from common.cli import LAUNCHER_PRINTS_ERRORS
 
 _RANK = re.compile(r"^rank \d+: ")
+#: The logger of torchrun's worker processes, which reports a failed worker group.
+_AGENT_LOGGER = "torch.distributed.elastic.multiprocessing.api"
+#: How that logger's report of a failed group begins: the failure, then the signals sent to the others.
+_FAILURE_REPORT = ("failed (exitcode", "Sending process", "Closing process")
+
+
+class _FinalFailureLeftOut(logging.Filter):
+    """Drops the agent's report of the failure after which it restarts no more (``failure_lines``
+    says it instead); the reports of the failures before it, which it restarts from, pass."""
+
+    def __init__(self, max_restarts: int) -> None:
+        super().__init__()
+        self.restarts_left = max_restarts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        said = str(record.msg)
+        if self.restarts_left == 0:
+            return not said.startswith(_FAILURE_REPORT)
+        if said.startswith(_FAILURE_REPORT[0]):  # a failure the agent restarts the group from
+            self.restarts_left -= 1
+        return True
 
 
 def failure_lines(failures: Mapping[int, object]) -> list[str]:
@@ -60,7 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from torch.distributed.run import parse_args, run
 
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
-    logging.disable(logging.ERROR)  # the agent's "failed (exitcode: 2)": the lines below say it
+    agent_log = logging.getLogger(_AGENT_LOGGER)
+    final_failure = _FinalFailureLeftOut(args.max_restarts)
+    agent_log.addFilter(final_failure)  # its "failed (exitcode: 2)": the lines below say it
     try:
         run(args)
     except ChildFailedError as error:
@@ -68,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(line, file=sys.stderr, flush=True)
         return 1
     finally:
-        logging.disable(logging.NOTSET)
+        agent_log.removeFilter(final_failure)
     return 0
 
 

@@ -5,8 +5,9 @@ With ``--start-method=fork`` torchrun's agent forks each worker from its own int
 worker starts with what the agent imported. torchrun's agent imports torch only; each worker then
 imports torchvision (about 2.4 CPU seconds on a 2-core machine: it loads ``torch._dynamo``) and
 pandas (about 1 s) on its own, which is most of what a tiny run costs. This agent imports them once
-(``PRELOAD``), then calls torchrun's own ``main`` with the same arguments: the same agent, rendezvous,
-restarts and worker variables as ``python -m torch.distributed.run``.
+(``PRELOAD``), then runs the launcher ``common.ddp.launch.torchrun_command`` names (``common.ddp.torchrun``,
+torchrun whose failed job ends in one line per cause) with the same arguments: the same agent,
+rendezvous, restarts, worker variables and output as the learner's launch.
 
 A forked worker runs its script with ``runpy.run_path``, which does not put the script's folder first
 on ``sys.path`` as ``python script.py`` does; this agent puts it there before it forks
@@ -22,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from common.ddp.launch import torchrun_command, worker_entry
+from common.ddp.launch import LAUNCHER, torchrun_command, worker_entry
 
 #: What the workers of this repository's entry points import beyond torch, loaded in the agent.
 PRELOAD = ("numpy", "pandas", "PIL.Image", "torchvision.transforms.v2")
@@ -53,7 +54,7 @@ def forking_command(target: str, args: Sequence[str] = (), **options) -> list[st
     workers: torchrun's own ``--start-method=fork --run-path FILE`` in place of ``-m target``."""
     command = torchrun_command(target, args, **options)
     tail = worker_entry(target, args)
-    if command[1:3] != ["-m", "torch.distributed.run"] or command[len(command) - len(tail):] != tail:
+    if command[1:3] != ["-m", LAUNCHER] or command[len(command) - len(tail):] != tail:
         raise ValueError(f"not a torchrun command line of {target}: {command}")
     script = str(target).endswith(".py")
     path = str(Path(target).resolve()) if script else module_file(target)
@@ -72,14 +73,16 @@ def script_folder_first(argv: Sequence[str]) -> None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(args.training_script)))
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Preload, put a ``--run-path`` script's folder first on ``sys.path``, then run torchrun's agent
-    on ``argv`` (default: this command line's arguments)."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """Preload, put a ``--run-path`` script's folder first on ``sys.path``, then run the learner's
+    launcher (``common.ddp.torchrun``) on ``argv`` (default: this command line's arguments); its
+    exit status."""
     preload_libraries()
-    script_folder_first(sys.argv[1:] if argv is None else argv)
-    from torch.distributed.run import main as torchrun
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_folder_first(argv)
+    from common.ddp import torchrun
 
-    torchrun(None if argv is None else list(argv))
+    return torchrun.main(argv)
 
 
 if __name__ == "__main__":

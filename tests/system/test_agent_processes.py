@@ -1,5 +1,6 @@
 """tests/speedups/agent.py: the forking agent that some system tests launch returns, fails and times
-out as torchrun's own agent does (``common.ddp.launch.run_command``)."""
+out as the learner's launch does (``common.ddp.launch.run_command`` of ``torchrun_command``'s
+``python -m common.ddp.torchrun``)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,9 @@ def test_the_workers_are_forked_with_the_libraries_and_their_status_comes_back(j
         "rank 0 pandas preloaded: True", "rank 1 pandas preloaded: True"]
     with pytest.raises(RuntimeError, match="exited with 1") as failed:
         run_command(forking_command(str(job), ["fail"], nproc_per_node=2), timeout=120)
-    assert "exitcode: 3" in str(failed.value), "torchrun's report of the failed rank comes back"
+    assert "rank 1: exited with code 3 (its output above says why)" in str(failed.value), \
+        "the launcher's line for the failed rank comes back"
+    assert "Traceback" not in str(failed.value), "nor the agent's ChildFailedError traceback"
 
 
 def test_a_timeout_kills_the_agent_and_its_workers(job):

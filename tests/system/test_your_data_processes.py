@@ -9,16 +9,13 @@ from __future__ import annotations
 import io
 import json
 import re
-import subprocess
-import sys
 from contextlib import redirect_stdout
 
 import torch
 
-from common.ddp.launch import launch_env
+from common.ddp.launch import torchrun_command
 from common.ddp.train import main
 from common.images.examples import truncated_jpeg
-from tests.speedups.agent import forking_command
 from tests.system.forked_ranks import forked_ranks_command, run_forked
 from tests.unit.your_images import write_imagefolder
 
@@ -49,21 +46,20 @@ def test_two_ranks_on_an_imagefolder_equal_one_process(tmp_path):
         torch.testing.assert_close(got[key], expected[key], rtol=RTOL, atol=ATOL, msg=key)
 
 
-def test_a_bad_file_both_ranks_read_is_one_line_under_common_ddp_torchrun(tmp_path):
-    """Plain torchrun adds its agent's ChildFailedError traceback to the ranks' lines; the
-    course's launcher ends the job in one line naming the file and the ranks, exit status 1."""
+def test_a_bad_file_both_ranks_read_ends_the_chapters_launch_in_one_line(tmp_path):
+    """The command every chapter launches (``torchrun_command``: ``python -m common.ddp.torchrun``,
+    its workers fresh interpreters) ends the job in one line naming the file and the ranks, exit
+    status 1: not each rank's line, then torchrun's agent's log line and ChildFailedError traceback."""
     root = write_imagefolder(tmp_path / "pets", train=2, val=1)
     cut = truncated_jpeg(sorted((root / "train").iterdir())[0] / "cut.jpg")
-    # The launcher run as tests/speedups/agent.py runs torchrun: libraries imported once, the
-    # ranks forked from it (--start-method=fork --run-path), to keep the test cheap.
-    argv = forking_command("common.ddp.train", ["--tiny", "--data", str(root)])[3:]
-    preloaded = ("import sys; from tests.speedups.agent import preload_libraries; "
-                 "preload_libraries(); from common.ddp.torchrun import main; "
-                 "raise SystemExit(main(sys.argv[1:]))")
-    done = subprocess.run([sys.executable, "-c", preloaded, *argv], capture_output=True,
-                          text=True, env=launch_env(), timeout=180, check=False)
-    said = [line for line in done.stderr.splitlines() if not line.startswith("device plan:")]
-    assert done.returncode == 1 and len(said) == 1, done.stderr
+    # The agent forked from tests/system/forked_ranks.py's server (torch imported once); the
+    # workers it starts are the learner's, python -m common.ddp.train.
+    done = run_forked(torchrun_command("common.ddp.train", ["--tiny", "--data", str(root)]),
+                      timeout=180, check=False)
+    output = done.stdout + done.stderr
+    said = [line for line in output.splitlines() if line and not line.startswith("device plan:")]
+    assert done.returncode == 1 and len(said) == 1, output[-3000:]
+    assert "Traceback" not in output and "ChildFailedError" not in output, output[-3000:]
     # Both ranks, or the first one: the agent stops the others once one has failed.
     assert re.match(rf"(rank [01]|ranks 0, 1): error: cannot decode image {re.escape(str(cut))}: ",
                     said[0]), said

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+import logging
 from types import SimpleNamespace
 
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from common.cli import LAUNCHER_PRINTS_ERRORS, error_line, fail
+from common.ddp import torchrun
 from common.ddp.torchrun import failure_lines
 
 BAD = "error: cannot decode image photos/train/dog/cut.jpg: image file is truncated"
@@ -58,3 +60,18 @@ def test_a_crash_or_a_signal_without_a_line_gets_its_exit_code_or_signal():
                                                                   "by PID 12")})
     assert lines == ["rank 0: exited with code 1 (its output above says why)",
                      "rank 1: stopped by Signal 9 (SIGKILL) received by PID 12"]
+
+
+def _said(message: str, *args) -> logging.LogRecord:
+    return logging.LogRecord(torchrun._AGENT_LOGGER, logging.ERROR, "api.py", 1, message, args, None)
+
+
+def test_the_agent_s_report_of_the_last_failure_is_left_out_and_a_restarted_one_kept():
+    """With ``--max-restarts=1`` the first failure is restarted from (torchrun reports it, as a job
+    that succeeds after it would show); the second ends the job: its report is the lines above."""
+    report = [_said("Sending process %s closing signal %s", 12, "SIGTERM"),
+              _said("failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s", -9, 1, 13, "py")]
+    other = _said("Unable to shutdown process %s via %s, forcefully exiting via %s", 12, "SIGTERM", "SIGKILL")
+    restarted = torchrun._FinalFailureLeftOut(max_restarts=1)
+    assert [restarted.filter(record) for record in [*report, *report, other]] == [True, True, False, False, True]
+    assert [torchrun._FinalFailureLeftOut(0).filter(record) for record in report] == [False, False]

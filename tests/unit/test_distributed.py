@@ -75,7 +75,7 @@ def test_free_port_can_be_bound():
 
 def test_torchrun_command_forms():
     single = torchrun_command("common.x", ["--a", "1"], nproc_per_node=2)
-    assert single[1:] == ["-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone",
+    assert single[1:] == ["-m", "common.ddp.torchrun", "--nproc-per-node=2", "--standalone",
                           "-m", "common.x", "--a", "1"]
     multi = torchrun_command("common.x", nproc_per_node=1, nnodes=2, rdzv_endpoint="127.0.0.1:1234",
                              rdzv_id="j", max_restarts=1)

@@ -17,7 +17,7 @@ def test_forking_command_is_torchruns_own_fork_flags_with_this_agent():
     assert forked[6:8] == ["--start-method=fork", "--run-path"] and forked[-2:] == ["--a", "1"]
     assert Path(forked[8]).is_absolute() and forked[8].endswith(str(Path("common", "ddp", "train.py")))
     plain = torchrun_command("common.ddp.train", ["--a", "1"], max_restarts=1)
-    assert plain[1:3] == ["-m", "torch.distributed.run"] and "--run-path" not in plain, "the learner's launch"
+    assert plain[1:3] == ["-m", "common.ddp.torchrun"] and "--run-path" not in plain, "the learner's launch"
     with pytest.raises(ValueError, match="no_such_module is not a module"):
         agent.forking_command("no_such_module")
 
@@ -28,14 +28,16 @@ def test_a_script_is_forked_by_its_absolute_path(tmp_path, monkeypatch):
     assert forked[-5:] == ["--start-method=fork", "--run-path", str(tmp_path / "job.py"), "--steps", "3"]
 
 
-def test_the_agent_imports_the_workers_libraries_then_runs_torchrun_on_the_same_args(monkeypatch):
-    import torch.distributed.run as torchrun
+def test_the_agent_imports_the_workers_libraries_then_runs_the_learner_s_torchrun_on_the_same_args(
+        monkeypatch):
+    from common.ddp import torchrun
 
     calls = []
     monkeypatch.setattr(agent.importlib, "import_module", lambda name: calls.append(("import", name)))
-    monkeypatch.setattr(torchrun, "main", lambda args=None: calls.append(("torchrun", args)))
+    monkeypatch.setattr(torchrun, "main", lambda args=None: calls.append(("torchrun", args)) or 7)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    agent.main(("--standalone", "--start-method=fork", "--run-path", "/runs/06_1/train.py", "--tiny"))
+    assert agent.main(("--standalone", "--start-method=fork", "--run-path", "/runs/06_1/train.py",
+                       "--tiny")) == 7, "the launcher's exit status"
     assert calls == [*(("import", name) for name in agent.PRELOAD),
                      ("torchrun", ["--standalone", "--start-method=fork", "--run-path", "/runs/06_1/train.py",
                                    "--tiny"])]
