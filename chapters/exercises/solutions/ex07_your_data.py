@@ -672,7 +672,8 @@ def read_launch(command) -> tuple[int, object]:
     """The processes a launch starts, and the settings (a TrainConfig) common.ddp.train reads from it."""
     assert isinstance(command, list) and all(isinstance(part, str) for part in command), \
         f"the command is a list of strings, got {command!r}"
-    assert command[:3] == [sys.executable, "-m", "torch.distributed.run"], \
+    assert command[:2] == [sys.executable, "-m"] and command[2:3] in (["common.ddp.torchrun"],
+                                                                      ["torch.distributed.run"]), \
         f"build the command with torchrun_command (torchrun, run by this interpreter), got {command[:3]}"
     said = io.StringIO()
     try:
