@@ -34,14 +34,17 @@ from common.cli import LAUNCHER_PRINTS_ERRORS
 
 _RANK = re.compile(r"^rank \d+: ")
 #: The logger of torchrun's worker processes, which reports a failed worker group.
-_AGENT_LOGGER = "torch.distributed.elastic.multiprocessing.api"
+AGENT_LOGGER = "torch.distributed.elastic.multiprocessing.api"
 #: How that logger's report of a failed group begins: the failure, then the signals sent to the others.
 _FAILURE_REPORT = ("failed (exitcode", "Sending process", "Closing process")
 
 
-class _FinalFailureLeftOut(logging.Filter):
+class FinalFailureLeftOut(logging.Filter):
     """Drops the agent's report of the failure after which it restarts no more (``failure_lines``
-    says it instead); the reports of the failures before it, which it restarts from, pass."""
+    says it instead); the reports of the failures before it, which it restarts from, pass.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
 
     def __init__(self, max_restarts: int) -> None:
         super().__init__()
@@ -87,8 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from torch.distributed.run import parse_args, run
 
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
-    agent_log = logging.getLogger(_AGENT_LOGGER)
-    final_failure = _FinalFailureLeftOut(args.max_restarts)
+    agent_log = logging.getLogger(AGENT_LOGGER)
+    final_failure = FinalFailureLeftOut(args.max_restarts)
     agent_log.addFilter(final_failure)  # its "failed (exitcode: 2)": the lines below say it
     try:
         run(args)

@@ -63,7 +63,7 @@ def test_a_crash_or_a_signal_without_a_line_gets_its_exit_code_or_signal():
 
 
 def _said(message: str, *args) -> logging.LogRecord:
-    return logging.LogRecord(torchrun._AGENT_LOGGER, logging.ERROR, "api.py", 1, message, args, None)
+    return logging.LogRecord(torchrun.AGENT_LOGGER, logging.ERROR, "api.py", 1, message, args, None)
 
 
 def test_the_agent_s_report_of_the_last_failure_is_left_out_and_a_restarted_one_kept():
@@ -72,6 +72,6 @@ def test_the_agent_s_report_of_the_last_failure_is_left_out_and_a_restarted_one_
     report = [_said("Sending process %s closing signal %s", 12, "SIGTERM"),
               _said("failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s", -9, 1, 13, "py")]
     other = _said("Unable to shutdown process %s via %s, forcefully exiting via %s", 12, "SIGTERM", "SIGKILL")
-    restarted = torchrun._FinalFailureLeftOut(max_restarts=1)
+    restarted = torchrun.FinalFailureLeftOut(max_restarts=1)
     assert [restarted.filter(record) for record in [*report, *report, other]] == [True, True, False, False, True]
-    assert [torchrun._FinalFailureLeftOut(0).filter(record) for record in report] == [False, False]
+    assert [torchrun.FinalFailureLeftOut(0).filter(record) for record in report] == [False, False]

@@ -40,6 +40,17 @@ def test_make_test_runs_every_notebook_once_by_its_strongest_check():
     assert 'solutions_dir().glob("ex*.ipynb")' in grading, "every exercise notebook is graded"
 
 
+def test_chapter_7_runs_on_a_learner_s_folder_in_both_editions():
+    """nbval runs chapters/zh/07 as well (from chapters/zh, where a learner of that edition runs it),
+    with the same test values: DATA_DIR a messy folder written for the run."""
+    from tests.notebook_parameters import TEST_PARAMETERS, WrittenFolder
+
+    assert "$(ZH_NBVAL_NOTEBOOKS)" in _make_list("NBVAL_NOTEBOOKS")
+    zh = _make_list("ZH_NBVAL_NOTEBOOKS")
+    assert zh == ["chapters/zh/07_your_data.ipynb"] and (REPO / zh[0]).is_file(), zh
+    assert isinstance(TEST_PARAMETERS["07_your_data"]["DATA_DIR"], WrittenFolder)
+
+
 def _recipe(target: str) -> list[str]:
     """The recipe lines of ``target``."""
     text = (REPO / "Makefile").read_text()
