@@ -52,6 +52,7 @@ from common.source import show_file
 SIZES_KIB = [256, 4096, 16384]  # all-reduce message sizes, KiB
 RATES_MBIT = [100, 1000, 10000]  # link rates, Mbit/s
 REPEATS = 3  # timed all-reduces per size and rate
+HOSTS = [2, 3]  # numbers of hosts the all-reduce is measured on
 WAIT = 10  # seconds a failing launch waits for its rendezvous and process group (the preflight as long)
 HANG = 20  # seconds the launch at a silent listener runs before it is killed
 
@@ -246,7 +247,7 @@ rows = []
 before = machine_state()  # the load before three hosts' all-reduces add their own
 if not REASON:
     with Cluster(3, prefix="c43bw") as links:
-        for hosts in (2, 3):
+        for hosts in HOSTS:
             for record in measure_allreduce(links, hosts, [k * 1024 for k in SIZES_KIB], RATES_MBIT,
                                             repeats=REPEATS):
                 for size, seconds in zip(record["sizes"], record["seconds"], strict=True):
