@@ -52,6 +52,9 @@ from common.source import show_file
 SIZES_KIB = [256, 4096, 16384]  # all-reduce message sizes, KiB
 RATES_MBIT = [100, 1000, 10000]  # link rates, Mbit/s
 REPEATS = 3  # timed all-reduces per size and rate
+HOSTS = [2, 3]  # numbers of hosts the all-reduce is measured on
+WAIT = 10  # seconds a failing launch waits for its rendezvous and process group (the preflight as long)
+HANG = 20  # seconds the launch at a silent listener runs before it is killed
 
 # %%
 REASON = unavailable()
@@ -63,7 +66,7 @@ else:
 PYTHON = sys.executable
 
 
-def torchrun(nnodes="2", endpoint="node0:29500", nproc=1, wait=10):
+def torchrun(nnodes="2", endpoint="node0:29500", nproc=1, wait=WAIT):
     """torchrun of scripts/04_3/allreduce.py with short timeouts: seconds, not torch's minutes."""
     return [PYTHON, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=demo",
@@ -153,7 +156,8 @@ if cluster:
     cluster.add_dead_interface(1, "eth1")
     show(run_together(cluster, {0: torchrun(), 1: torchrun()}, timeout=60,
                       env={"GLOO_SOCKET_IFNAME": "eth1"}))
-    show_preflight(run_together(cluster, {1: preflight("--endpoint", "node0:29500", "--nnodes", "2")},
+    show_preflight(run_together(cluster, {1: preflight("--endpoint", "node0:29500", "--nnodes", "2",
+                                                       "--timeout", str(WAIT))},
                                 timeout=60, env={"GLOO_SOCKET_IFNAME": "eth1"})[0])
 
 # %% [markdown]
@@ -169,7 +173,7 @@ if cluster:
     cluster.block_port(0, 29500)
     show(run_together(cluster, {0: torchrun(), 1: torchrun()}, timeout=60))
     show_preflight(run_together(cluster, {1: preflight("--endpoint", "node0:29500", "--nnodes", "2",
-                                                       "--timeout", "5")}, timeout=60)[0])
+                                                       "--timeout", str(WAIT // 2))}, timeout=60)[0])
     cluster.unblock(0)
 
 # %% [markdown]
@@ -184,9 +188,9 @@ if cluster:
 if cluster:
     show(run_together(cluster, {0: torchrun(), 1: torchrun(nnodes="3")}, timeout=60))
     for outcome in run_together(cluster, {0: preflight("--endpoint", "node0:29500", "--nnodes", "2", "--serve",
-                                                       "--timeout", "5"),
+                                                       "--timeout", str(WAIT // 2)),
                                           1: preflight("--endpoint", "node0:29500", "--nnodes", "3",
-                                                       "--timeout", "5")}, timeout=60):
+                                                       "--timeout", str(WAIT // 2))}, timeout=60):
         print("\n".join(line for line in outcome.output.splitlines() if "nnodes" in line or "verdict" in line))
 
 # %% [markdown]
@@ -204,7 +208,7 @@ SILENT = ("import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, s
 if cluster:
     listener = cluster.popen(0, [PYTHON, "-c", SILENT])
     assert listener.stdout.readline().strip() == "listening"
-    show(run_together(cluster, {1: torchrun()}, timeout=20))
+    show(run_together(cluster, {1: torchrun()}, timeout=HANG))
     show_preflight(run_together(cluster, {1: preflight("--endpoint", "node0:29500", "--nnodes", "2",
                                                        "--timeout", "3")}, timeout=60)[0])
     listener.kill()
@@ -225,7 +229,8 @@ if cluster:
     with Cluster(2, loopback_hostname=True) as trapped:
         print(trapped.run(1, ["cat", "/etc/hosts"]).stdout)
         show(run_together(trapped, {0: torchrun(), 1: torchrun()}, timeout=60))
-        show_preflight(run_together(trapped, {1: preflight("--endpoint", "node0:29500", "--nnodes", "2")},
+        show_preflight(run_together(trapped, {1: preflight("--endpoint", "node0:29500", "--nnodes", "2",
+                                                         "--timeout", str(WAIT))},
                                     timeout=60)[0])
 
 # %% [markdown]
@@ -242,7 +247,7 @@ rows = []
 before = machine_state()  # the load before three hosts' all-reduces add their own
 if not REASON:
     with Cluster(3, prefix="c43bw") as links:
-        for hosts in (2, 3):
+        for hosts in HOSTS:
             for record in measure_allreduce(links, hosts, [k * 1024 for k in SIZES_KIB], RATES_MBIT,
                                             repeats=REPEATS):
                 for size, seconds in zip(record["sizes"], record["seconds"], strict=True):

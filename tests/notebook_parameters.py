@@ -60,7 +60,8 @@ TEST_PARAMETERS: dict[str, dict[str, object]] = {
     "03_1_efficient_pipelines": {"EPOCH_REPEATS": 1},
     "04_1_ddp_fundamentals": {"REPEATS": 3, "NUM_EPOCHS": 1},
     "04_2_ddp_training": {"NUM_EPOCHS": 2, "BENCH_STEPS": 6, "BENCH_REPEATS": 1},
-    "04_3_several_machines": {"SIZES_KIB": [256, 2048], "RATES_MBIT": [100, 1000], "REPEATS": 1},
+    "04_3_several_machines": {"SIZES_KIB": [256, 2048], "RATES_MBIT": [100, 1000], "REPEATS": 1, "HOSTS": [2],
+                              "WAIT": 5, "HANG": 6},
     "06_1_fsdp_sharding": {"BENCH_STEPS": 4},
     "06_2_distributed_checkpoints": {"ASYNC_LAYERS": 2},
     # chapter 7 on a learner's folder: train/ and val/ of 3 classes with their junk (DATA_DIR)
