@@ -9,40 +9,31 @@ hangs), and the entry points ``train`` (``python -m common.ddp.train``), ``bench
 ``collectives_demo`` and ``uneven``, which no module imports. Imports go one way: ``common.ddp`` uses the core of ``common``.
 """
 
-from common.ddp.hooks import AllReduceCounter, counting_allreduce_hook
-from common.ddp.launch import (
-    RESTART_SAFE_ENV,
-    free_port,
-    launch_env,
-    restart_hazard,
-    run_command,
-    torchrun_command,
-)
-from common.ddp.process_group import (
-    DistInfo,
-    all_reduce_sum,
-    cleanup_distributed,
-    gather_objects,
-    is_main_process,
-    setup_distributed,
-)
-from common.ddp.samplers import ResumableDistributedSampler, ShardSampler
+from __future__ import annotations
 
-__all__ = [
-    "RESTART_SAFE_ENV",
-    "AllReduceCounter",
-    "DistInfo",
-    "ResumableDistributedSampler",
-    "ShardSampler",
-    "all_reduce_sum",
-    "cleanup_distributed",
-    "counting_allreduce_hook",
-    "free_port",
-    "gather_objects",
-    "is_main_process",
-    "launch_env",
-    "restart_hazard",
-    "run_command",
-    "setup_distributed",
-    "torchrun_command",
-]
+from common.lazy import lazy_names
+
+#: Where each name lives: imported on first use (PEP 562), so that a process that needs one
+#: module of this package (``python -m common.ddp.preflight`` before torchrun, which fails most
+#: checks without torch) does not import torch.distributed for the hooks it never uses.
+_WHERE = {
+    "AllReduceCounter": "common.ddp.hooks",
+    "DistInfo": "common.ddp.process_group",
+    "RESTART_SAFE_ENV": "common.ddp.launch",
+    "ResumableDistributedSampler": "common.ddp.samplers",
+    "ShardSampler": "common.ddp.samplers",
+    "all_reduce_sum": "common.ddp.process_group",
+    "cleanup_distributed": "common.ddp.process_group",
+    "counting_allreduce_hook": "common.ddp.hooks",
+    "free_port": "common.ddp.launch",
+    "gather_objects": "common.ddp.process_group",
+    "is_main_process": "common.ddp.process_group",
+    "launch_env": "common.ddp.launch",
+    "restart_hazard": "common.ddp.launch",
+    "run_command": "common.ddp.launch",
+    "setup_distributed": "common.ddp.process_group",
+    "torchrun_command": "common.ddp.launch",
+}
+
+__all__ = sorted(_WHERE)
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, globals())
