@@ -22,6 +22,9 @@ from tests.speedups.agent import forked_workers
 from tests.system.cluster import PORT, builder, finish, start, torchrun_argv
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own distributed tests
+#: The rendezvous after a host is lost waits until the lost agent's heartbeat is stale: torch's
+#: default is 3 missed beats of 5 s (15 s of waiting); a beat a second, 2 missed, here.
+QUICK_HEARTBEAT = "join_timeout=60,keep_alive_interval=1,keep_alive_max_attempt=2"
 pytestmark = pytest.mark.slow
 
 
@@ -121,7 +124,7 @@ def test_a_host_lost_and_back_under_max_restarts_resumes_from_the_snapshot(
     cluster = make_cluster(2)
     argv = torchrun_argv("common.ddp.train", _ddp_args(
         data, tmp_path, "--snapshot", str(tmp_path / "snap.pt"), "--snapshot-every", "2",
-        "--step-delay", "0.5"), nproc=1, max_restarts=1)
+        "--step-delay", "0.5"), nproc=1, max_restarts=1, rdzv_conf=QUICK_HEARTBEAT)
     first = [start(cluster, host, argv) for host in (0, 1)]
     _wait_for(lambda: (tmp_path / "log.jsonl").exists() and _records(tmp_path, "snapshot"), first)
     killed = cluster.kill_processes(1)  # node1 loses power: its agent and worker, at once
