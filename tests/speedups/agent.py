@@ -52,9 +52,21 @@ def module_file(module: str) -> str:
 def forking_command(target: str, args: Sequence[str] = (), **options) -> list[str]:
     """``common.ddp.launch.torchrun_command(target, args, **options)`` with this agent and forked
     workers: torchrun's own ``--start-method=fork --run-path FILE`` in place of ``-m target``."""
-    command = torchrun_command(target, args, **options)
-    tail = worker_entry(target, args)
-    if command[1:3] != ["-m", LAUNCHER] or command[len(command) - len(tail):] != tail:
+    return forked_workers(torchrun_command(target, args, **options), target, args)
+
+
+def forked_workers(command: Sequence[str], target: str, args: Sequence[str] = ()) -> list[str]:
+    """Any torchrun command line of ``target`` (``python -m common.ddp.torchrun OPTIONS`` as
+    ``torchrun_command`` builds it, or ``python -m torch.distributed.run OPTIONS``; ``-m target
+    args`` or ``script.py args`` at its end: ``worker_entry``), this agent's with forked workers:
+    the same OPTIONS, then ``--start-method=fork --run-path FILE args``.
+
+    Raises:
+        ValueError: ``command`` is not torchrun's, or does not end with ``target`` and ``args``.
+    """
+    command, tail = [str(part) for part in command], worker_entry(target, args)
+    launchers = (["-m", LAUNCHER], ["-m", "torch.distributed.run"])
+    if command[1:3] not in launchers or command[len(command) - len(tail):] != tail:
         raise ValueError(f"not a torchrun command line of {target}: {command}")
     script = str(target).endswith(".py")
     path = str(Path(target).resolve()) if script else module_file(target)

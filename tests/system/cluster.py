@@ -6,8 +6,11 @@ address in 10.213.7.0/24, hostname and /etc/hosts) and removes them after the te
 fails; a killed run's leftovers of the same prefix are removed before building. The
 prefix holds the pytest worker's id, so parallel workers build clusters of their own.
 
-Processes started through :func:`start` run ``python -m torch.distributed.run`` (real torchrun)
-on a host, in the repository root, with the environment the tests' network guard reads
+Processes started through :func:`start` run on a host, in the repository root; the agents of
+:func:`torchrun_argv` are torchrun's own (``python -m torch.distributed.run``'s ``main``) in
+``tests.speedups.agent``, which imports the workers' libraries once per host and forks the workers
+(``--start-method=fork``): the same agent, rendezvous and restarts, without each worker importing
+torch, torchvision and pandas again. They run with the environment the tests' network guard reads
 (``COMPANION_CLUSTER_HOSTS``: exactly the cluster's names and addresses). Needs root; elsewhere
 the tests skip with one line (``tests.system_parts.require``, a failure under CI=true).
 """
@@ -23,6 +26,7 @@ import pytest
 
 from common.ddp.cluster import Cluster, unavailable
 from common.ddp.launch import RESTART_SAFE_ENV, worker_entry
+from tests.speedups.agent import forked_workers
 from tests.system_parts import require
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,12 +63,14 @@ def environment(**extra: str) -> dict[str, str]:
 def torchrun_argv(module: str, args: Sequence[str], *, nnodes: str | int = 2, nproc: int = 1,
                   endpoint: str = f"node0:{PORT}", rdzv_id: str = "job", max_restarts: int = 0,
                   rdzv_conf: str = "join_timeout=60") -> list[str]:
+    """One host's agent: torchrun's own, with its workers forked (``forked_workers``)."""
     import sys
 
-    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
-            f"--nproc-per-node={nproc}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
-            f"--rdzv-id={rdzv_id}", f"--rdzv-conf={rdzv_conf}", f"--max-restarts={max_restarts}",
-            *worker_entry(module, args)]
+    return forked_workers([
+        sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={rdzv_id}", f"--rdzv-conf={rdzv_conf}", f"--max-restarts={max_restarts}",
+        *worker_entry(module, args)], module, args)
 
 
 def start(cluster: Cluster, host: int, argv: Sequence[str], **extra_env: str) -> subprocess.Popen:

@@ -8,7 +8,8 @@ stopping the others, as torchrun's agent does. What it leaves out is the agent: 
 imports torch and the trainer instead of three (an agent and two workers), which is most of a
 tiny run's cost. The tests whose subject is the training arithmetic (equal weights on 1 and N
 ranks, accumulation, resuming on another world size, refusals) launch through this; the tests of
-restarts, rendezvous and agents launch real ``torchrun``. ``MODULE`` may also be a script (a path
+restarts, rendezvous and agents launch torchrun's own agent (``tests.speedups.agent``: the agent
+of ``python -m torch.distributed.run``, its workers forked with their libraries imported). ``MODULE`` may also be a script (a path
 ending in ``.py``), run in each rank as ``python SCRIPT ARGS`` runs it.
 
 The tests start these commands, and torchrun's (``common.ddp.launch.torchrun_command``), without
@@ -44,8 +45,8 @@ from typing import BinaryIO
 
 import psutil
 
-from common.ddp.launch import free_port, launch_env, torchrun_command
-from tests.speedups.agent import preload_libraries
+from common.ddp.launch import free_port, launch_env
+from tests.speedups.agent import forking_command, preload_libraries
 
 #: Seconds the other ranks get to stop on their own after one failed, and after SIGTERM.
 GRACE = 5.0
@@ -58,10 +59,10 @@ def forked_ranks_command(module: str, args: Sequence[str] = (), *, nproc: int = 
 
 def launch_command(module: str, args: Sequence[str] = (), *, nproc: int = 2,
                    max_restarts: int = 0) -> list[str]:
-    """Forked ranks for a run that cannot fail over; ``torchrun`` (its agent restarts the group)
-    for one that may (``max_restarts > 0``)."""
+    """Forked ranks for a run that cannot fail over; torchrun's agent (it restarts the group) for
+    one that may (``max_restarts > 0``), its workers forked (``tests.speedups.agent``)."""
     if max_restarts:
-        return torchrun_command(module, args, nproc_per_node=nproc, max_restarts=max_restarts)
+        return forking_command(module, args, nproc_per_node=nproc, max_restarts=max_restarts)
     return forked_ranks_command(module, args, nproc=nproc)
 
 

@@ -17,6 +17,9 @@ SILENT = ("import socket, time\n"
           f"s.bind(('0.0.0.0', {PORT})); s.listen(); print('listening', flush=True)\n"
           "held = []\n"
           "while True: held.append(s.accept())\n")
+#: A node checked alone, for a check before the port's: nothing serves the endpoint, so the port
+#: check that follows waits its whole ``--timeout`` (10 s by default) for nothing the test reads.
+NO_SERVER = ("--timeout", "1")
 
 
 @pytest.fixture
@@ -61,7 +64,7 @@ def test_localhost_as_the_endpoint_on_the_second_node(make_cluster):
 def test_a_second_interface_that_does_not_route(make_cluster):
     cluster = make_cluster(2)
     cluster.add_dead_interface(1, "eth1")
-    done = finish([preflight(cluster, 1, "--endpoint", ENDPOINT, "--nnodes", "2",
+    done = finish([preflight(cluster, 1, "--endpoint", ENDPOINT, "--nnodes", "2", *NO_SERVER,
                              GLOO_SOCKET_IFNAME="eth1")])[0]
     assert _check(done, "interface").startswith("[FAIL]"), done
     assert "GLOO_SOCKET_IFNAME=eth1, but the route to 10.213.7.1 leaves through eth0" in done
@@ -73,7 +76,7 @@ def test_the_hostname_on_a_second_interface_that_does_not_route(make_cluster):
     dead = cluster.add_dead_interface(1, "eth1")
     hosts = cluster.hosts_file(cluster.hosts[1]).replace("10.213.7.2\tnode1", f"{dead}\tnode1")
     cluster.write_hosts_file(cluster.hosts[1], hosts)
-    done = finish([preflight(cluster, 1, "--endpoint", ENDPOINT, "--nnodes", "2")])[0]
+    done = finish([preflight(cluster, 1, "--endpoint", ENDPOINT, "--nnodes", "2", *NO_SERVER)])[0]
     assert f"the hostname resolves to {dead} on eth1, but the route to 10.213.7.1 leaves " \
            "through eth0" in done, done
 
@@ -94,7 +97,7 @@ def test_a_port_dropped_by_a_firewall_on_the_first_node(make_cluster):
 
 def test_a_hostname_that_resolves_to_127_0_1_1(make_cluster):
     cluster = make_cluster(2, loopback_hostname=True)
-    done = finish([preflight(cluster, 1, "--endpoint", ENDPOINT, "--nnodes", "2")])[0]
+    done = finish([preflight(cluster, 1, "--endpoint", ENDPOINT, "--nnodes", "2", *NO_SERVER)])[0]
     assert _check(done, "hostname").startswith(
         "[FAIL] hostname node1 resolves to 127.0.1.1, a loopback address (the 127.0.1.1 trap")
 

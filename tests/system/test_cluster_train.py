@@ -1,8 +1,9 @@
-"""Training across two hosts (network namespaces, tests/system/cluster.py) with real torchrun on
-each: DDP and FSDP equal one process; a host lost mid-run, under ``--max-restarts`` (the host comes
-back) and under elastic ``--nnodes=1:2`` (the other host goes on alone), ends at the weights of the
-uninterrupted run from its checkpoint. The hosts share this machine's file system, as nodes share
-NFS: data, checkpoints and the log are in the test's temporary folder."""
+"""Training across two hosts (network namespaces, tests/system/cluster.py) with torchrun's agent on
+each (its workers forked: tests/speedups/agent.py): DDP and FSDP equal one process; a host lost
+mid-run, under ``--max-restarts`` (the host comes back) and under elastic ``--nnodes=1:2`` (the
+other host goes on alone), ends at the weights of the uninterrupted run from its checkpoint. The
+hosts share this machine's file system, as nodes share NFS: data, checkpoints and the log are in
+the test's temporary folder."""
 
 from __future__ import annotations
 
@@ -17,9 +18,13 @@ from common.ddp.train import main as ddp_main
 from common.fsdp.elastic import elastic_command
 from common.fsdp.train import main as fsdp_main
 from common.synthetic import SyntheticConfig, ensure_data
+from tests.speedups.agent import forked_workers
 from tests.system.cluster import PORT, builder, finish, start, torchrun_argv
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own distributed tests
+#: The rendezvous after a host is lost waits until the lost agent's heartbeat is stale: torch's
+#: default is 3 missed beats of 5 s (15 s of waiting); a beat a second, 2 missed, here.
+QUICK_HEARTBEAT = "join_timeout=60,keep_alive_interval=1,keep_alive_max_attempt=2"
 pytestmark = pytest.mark.slow
 
 
@@ -119,7 +124,7 @@ def test_a_host_lost_and_back_under_max_restarts_resumes_from_the_snapshot(
     cluster = make_cluster(2)
     argv = torchrun_argv("common.ddp.train", _ddp_args(
         data, tmp_path, "--snapshot", str(tmp_path / "snap.pt"), "--snapshot-every", "2",
-        "--step-delay", "0.5"), nproc=1, max_restarts=1)
+        "--step-delay", "0.5"), nproc=1, max_restarts=1, rdzv_conf=QUICK_HEARTBEAT)
     first = [start(cluster, host, argv) for host in (0, 1)]
     _wait_for(lambda: (tmp_path / "log.jsonl").exists() and _records(tmp_path, "snapshot"), first)
     killed = cluster.kill_processes(1)  # node1 loses power: its agent and worker, at once
@@ -140,8 +145,10 @@ def test_a_host_lost_under_elastic_nnodes_leaves_one_that_goes_on(make_cluster, 
     options = {"endpoint": f"node0:{PORT}", "max_restarts": 1, "keep_alive_interval": 1,
                "keep_alive_max_attempt": 2}
     args = _fsdp_args(data, tmp_path, "--checkpoint-every", "1", "--step-delay", "0.5")
-    host = start(cluster, 0, elastic_command("common.fsdp.train", args, is_host=True, **options))
-    guest = start(cluster, 1, elastic_command("common.fsdp.train", args, is_host=False, **options))
+    host = start(cluster, 0, forked_workers(elastic_command(
+        "common.fsdp.train", args, is_host=True, **options), "common.fsdp.train", args))
+    guest = start(cluster, 1, forked_workers(elastic_command(
+        "common.fsdp.train", args, is_host=False, **options), "common.fsdp.train", args))
 
     def checkpointed_by_two() -> bool:
         if not (tmp_path / "log.jsonl").exists():

@@ -1,8 +1,8 @@
 """Tests for common/ddp/train.py: equivalence, no_sync, resume, restart, multi-node, bad input.
 
-Multi-process tests run on the CPU with the gloo backend: forked ranks, or ``torchrun`` for
-restarts and agents, each forked from an interpreter that imported torch once
-(tests/system/forked_ranks.py).
+Multi-process tests run on the CPU with the gloo backend: forked ranks, or torchrun's agent for
+restarts and agents (its workers forked: tests/speedups/agent.py), each forked from an interpreter
+that imported torch once (tests/system/forked_ranks.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 
 from common.ddp.config import TINY, TrainConfig, parse_config
 from common.ddp.data import build_loaders
-from common.ddp.launch import free_port, torchrun_command
+from common.ddp.launch import free_port
 from common.ddp.optim import build_scheduler, rebuild_scheduler
 from common.ddp.process_group import DistInfo
 from common.ddp.train import main
@@ -295,8 +295,8 @@ def test_sigkilled_worker_restarts_from_snapshot(data13, two_ranks, tmp_path):
 @pytest.mark.slow
 def test_two_agents_on_loopback_train_together(data13, one_process, tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
-    agents = [popen(torchrun_command("common.ddp.train", _args(data13, tmp_path), nproc_per_node=1,
-                                     nnodes=2, rdzv_endpoint=endpoint, rdzv_id="loopback"),
+    agents = [popen(forking_command("common.ddp.train", _args(data13, tmp_path), nproc_per_node=1,
+                                    nnodes=2, rdzv_endpoint=endpoint, rdzv_id="loopback"),
                     stderr=subprocess.STDOUT)
               for _node in range(2)]
     outputs = [agent.communicate(timeout=120)[0] for agent in agents]

@@ -2,9 +2,9 @@
 ``--compile``, ``--async-save``, the ``StatefulDataLoader`` state in the checkpoint; the resume
 contract on 2 ranks and an elastic guest with other settings (the rest: tests/unit/test_fsdp_*).
 
-Multi-process tests run on the CPU with the gloo backend: forked ranks, or ``torchrun`` for
-restarts and agents, each forked from an interpreter that imported torch once
-(tests/system/forked_ranks.py).
+Multi-process tests run on the CPU with the gloo backend: forked ranks, or torchrun's agent for
+restarts and agents (its workers forked: tests/speedups/agent.py), each forked from an interpreter
+that imported torch once (tests/system/forked_ranks.py).
 The tiny run: 48 images, global batch 12, 4 steps per epoch, 2 epochs, AdamW.
 """
 
@@ -31,6 +31,7 @@ from common.fsdp.config import TINY, parse_config
 from common.fsdp.elastic import agents_env, elastic_command, read_log
 from common.fsdp.train import main
 from common.synthetic import SyntheticConfig, ensure_data
+from tests.speedups.agent import forked_workers
 from tests.system.forked_ranks import launch, popen
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own distributed tests
@@ -223,11 +224,10 @@ def test_an_elastic_guest_with_other_settings_is_refused_by_name_not_hung(data48
     # ranks stop, naming the flag, and both agents exit (max-restarts 0) within the timeout.
     # (join_later's steps, with agents forked from tests/system/forked_ranks.py's server.)
     options = {"endpoint": f"127.0.0.1:{free_port()}", "max_restarts": 0}
-    host = elastic_command("common.fsdp.train", _args(data48, tmp_path, "--checkpoint-every",
-                                                      "1", "--step-delay", "3"), **options)
-    guest = elastic_command("common.fsdp.train", _args(data48, tmp_path, "--checkpoint-every",
-                                                       "1", "--step-delay", "3", "--seed", "5"),
-                            **options)
+    host_args = _args(data48, tmp_path, "--checkpoint-every", "1", "--step-delay", "3")
+    guest_args = [*host_args, "--seed", "5"]
+    host, guest = (forked_workers(elastic_command("common.fsdp.train", args, **options),
+                                  "common.fsdp.train", args) for args in (host_args, guest_args))
     env, log = agents_env([host, guest]), tmp_path / "log.jsonl"
     agents = [popen(host, stderr=subprocess.STDOUT, env=env)]
     try:

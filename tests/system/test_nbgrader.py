@@ -156,24 +156,22 @@ def test_autograde_gives_points_for_blank_partial_and_complete_work(course):
                       "complete": sum(e.points for e in exercises)}
 
 
-def test_a_file_exercise_goes_out_with_its_handed_out_file_and_no_solution(tmp_path):
+def test_a_file_exercise_goes_out_with_its_handed_out_file_and_no_solution(course):
     """ex04 Exercise 2's answer is a file: the instructor copies the source and the student's ex04_work/
     (the handed-out files) into source/ex04/, and the release holds them as handed out, never the solution
-    in solutions/ex04_work/; autograde then runs what each student hands back beside the notebook."""
+    in solutions/ex04_work/; autograde then runs what each student hands back beside the notebook.
+    (A second assignment of the module's course: its gradebook exists already, and creating one costs
+    nbgrader an ``alembic`` process of about 6 CPU seconds.)"""
     from course.assignments import exercises_dir, solutions_dir
 
     name = "ex04_distributed_training.ipynb"
-    (tmp_path / "nbgrader_config.py").write_text(
-        "c = get_config()\n"
-        f"c.CourseDirectory.root = {str(tmp_path)!r}\n"
-        "c.CourseDirectory.course_id = 'companion'\n")
-    source = tmp_path / "source" / "ex04"
+    source = course / "source" / "ex04"
     source.mkdir(parents=True)
     shutil.copy(solutions_dir() / name, source / name)
     shutil.copytree(exercises_dir() / "ex04_work", source / "ex04_work")
-    result = nbgrader(tmp_path, "generate", assignment="ex04")
+    result = nbgrader(course, "generate", assignment="ex04")
     assert result["success"], result.get("log", "") + result.get("error", "")
-    release = tmp_path / "release" / "ex04"
+    release = course / "release" / "ex04"
     handed = (release / "ex04_work" / "fixed_ddp.py").read_text(encoding="utf-8")
     assert handed == (exercises_dir() / "ex04_work" / "fixed_ddp.py").read_text(encoding="utf-8")
     assert handed != (solutions_dir() / "ex04_work" / "fixed_ddp.py").read_text(encoding="utf-8")

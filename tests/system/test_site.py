@@ -480,7 +480,7 @@ def test_site_in_a_real_browser(site, browser):
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         for page in PAGES + ["zh/index.html", "zh/chapters/01_first.html", "zh/GLOSSARY.html"]:
-            browser.open(f"{base}/{page}")
+            browser.open(f"{base}/{page}", settle=0.2)  # as the repository's pages below
             assert browser.errors() == [], page
             assert browser.requested_hosts() == {"127.0.0.1"}, page
             sidebar = browser.evaluate("Array.from(document.querySelectorAll("

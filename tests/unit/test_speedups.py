@@ -51,3 +51,14 @@ def test_the_agent_leaves_sys_path_alone_without_run_path(monkeypatch):
     # --run-path here is the script's own argument (after the module), not torchrun's flag
     agent.script_folder_first(["--standalone", "--nproc-per-node=2", "-m", "common.x", "--run-path", "/elsewhere/x.py"])
     assert sys.path == before
+
+
+def test_any_torchrun_command_of_a_target_gets_forked_workers_and_keeps_its_options():
+    from common.fsdp.elastic import elastic_command
+
+    command = elastic_command("common.fsdp.train", ["--tiny"], endpoint="node0:29500", is_host=True)
+    forked = agent.forked_workers(command, "common.fsdp.train", ["--tiny"])
+    assert forked[:3] == [sys.executable, "-m", "tests.speedups.agent"] and forked[3:-4] == command[3:-3]
+    assert forked[-4:-2] == ["--start-method=fork", "--run-path"] and forked[-1] == "--tiny"
+    with pytest.raises(ValueError, match="not a torchrun command line of common.ddp.train"):
+        agent.forked_workers(command, "common.ddp.train", ["--tiny"])
