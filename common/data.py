@@ -66,7 +66,7 @@ def load_rgb(path: str | os.PathLike, *, where: str = "",
     path = Path(path)  # a NumPy string would show as np.str_('...') in PIL's message
     with decode_errors(describe_image(path, where)):
         with open_image(path, max_pixels=max_pixels) as image:
-            return viewer_rgb(image, orientation=orientation)  # forces the full decode
+            return viewer_rgb(image, orientation=orientation, copy=False)  # the full decode
 
 
 #: What PIL (OSError, UnidentifiedImageError, SyntaxError, ValueError, DecompressionBombError)
