@@ -1,0 +1,187 @@
+"""Seconds from launch to the first optimizer step: ``common.ddp.train`` beside pytorch/examples.
+
+    python -m common.ddp.first_step                      # 5 interleaved rounds, 2 ranks
+    python -m common.ddp.first_step --rounds 7 --data DIR
+
+Each round launches, one after the other (which one first alternates by round), two commands
+under ``torchrun --standalone`` with ``--ranks`` processes of one thread each, gloo on the CPU,
+on the same ImageFolder (default: scikit-learn's handwritten digits, written once by
+``common.images.digits`` into ``--out``/digits), ``resnet18``, SGD, the same global batch and
+crop size, no DataLoader workers:
+
+- ``train``: ``python -m common.ddp.train`` with its defaults otherwise (seeded augmentation,
+  ``--normalize auto``: the training split's own statistics, computed by the first launch and
+  read from beside the cache afterwards, the folder's check and listing);
+- ``examples``: ``python -m common.ddp.examples_main``, pytorch/examples' ``imagenet/main.py``
+  as it launches (its docstring says what is kept and what changed).
+
+Both print a JSON line ``{"event": "first_step", "time": ...}`` once rank 0's first optimizer
+step has returned; a launch's figure is that time minus the moment the launcher was started
+(torchrun's own start, every rank's Python start and imports, the process group, the data and
+the model included). Beside it, the CPU seconds of every process of the launch to its exit
+(``resource.RUSAGE_CHILDREN``), steadier than wall time on a shared machine. One launch of each runs first, untimed, so that both find the files in the
+page cache and the trainer its statistics. The table holds the median seconds of each and the
+ratio to examples'; ``first_step.csv`` and ``first_step.json`` (every round, the load average)
+are written to ``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from common.cli import option, parse_dataclass_args, positive
+from common.ddp.launch import run_command, torchrun_command
+
+BASELINE = "examples"
+TRAINERS = ("train", BASELINE)
+
+
+@dataclass
+class FirstStepConfig:
+    """The command line of ``python -m common.ddp.first_step``.
+
+    Introduced in docs/scripts.md ("Time to the first step").
+    """
+
+    rounds: int = option(5, "interleaved rounds (the median is reported)")
+    ranks: int = option(2, "processes of each launch")
+    data: Path | None = option(None, "an ImageFolder root (default: the digits, written into --out)")
+    image_size: int = option(32, "side of the training crops")
+    batch_size: int = option(64, "global batch (each of --ranks processes takes its share)")
+    out: Path = option(Path("build/bench/first_step"), "output folder (CSV, JSON, the digits)")
+
+
+def first_step_time(stdout: str, command: str = "the launch") -> float:
+    """The ``time`` of the first ``{"event": "first_step", ...}`` JSON line in ``stdout``.
+
+    Raises:
+        ValueError: Naming ``command`` when no such line was printed.
+
+    Introduced in docs/scripts.md ("Time to the first step").
+    """
+    for line in stdout.splitlines():
+        if line.startswith("{") and '"first_step"' in line:
+            record = json.loads(line)
+            if record.get("event") == "first_step":
+                return float(record["time"])
+    raise ValueError(f"{command} printed no first_step record")
+
+
+def commands(config: FirstStepConfig, data: Path) -> dict[str, list[str]]:
+    """The torchrun command of each trainer, ``{name: argv}`` (``TRAINERS``).
+
+    Introduced in docs/scripts.md ("Time to the first step").
+    """
+    per_rank = config.batch_size // config.ranks
+    size = str(config.image_size)
+    train = ["--data", str(data), "--model", "resnet18", "--image-size", size, "--batch-size",
+             str(config.batch_size), "--optimizer", "sgd", "--lr", "0.1", "--weight-decay", "1e-4",
+             "--num-epochs", "1", "--max-steps", "1", "--threads", "1", "--num-workers", "0"]
+    examples = [str(data), "--arch", "resnet18", "--image-size", size, "-b", str(per_rank),
+                "--lr", "0.1", "--wd", "1e-4", "--max-steps", "1", "-j", "0"]
+    return {"train": torchrun_command("common.ddp.train", train, nproc_per_node=config.ranks),
+            BASELINE: torchrun_command("common.ddp.examples_main", examples,
+                                       nproc_per_node=config.ranks)}
+
+
+def launch(name: str, command: list[str]) -> tuple[float, float]:
+    """``(seconds to the first step, CPU seconds)`` of one run of ``command`` (trainer ``name``).
+
+    The seconds run from starting ``command`` to the time its first-step record says
+    (``first_step_time``); the CPU seconds are those of every process it started (torchrun and
+    its ranks, user and system), to their exit: the steadier figure on a shared machine.
+
+    Introduced in docs/scripts.md ("Time to the first step").
+    """
+    before, started = _children_cpu(), time.time()
+    done = run_command(command, timeout=600, threads=1)
+    return first_step_time(done.stdout, name) - started, _children_cpu() - before
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def summarize(rounds: dict[str, list[tuple[float, float]]]) -> pd.DataFrame:
+    """Per trainer: the median, fastest and slowest seconds to the first step, the median CPU
+    seconds of the launch, and each median's ratio to examples'.
+
+    ``rounds``: ``{trainer: [(seconds, cpu_seconds), ...]}`` (``launch``), examples' included.
+
+    Introduced in docs/scripts.md ("Time to the first step").
+    """
+    seconds = {name: [s for s, _ in values] for name, values in rounds.items()}
+    cpu = {name: statistics.median(c for _, c in values) for name, values in rounds.items()}
+    median = {name: statistics.median(values) for name, values in seconds.items()}
+    return pd.DataFrame({"trainer": list(rounds), "rounds": [len(v) for v in rounds.values()],
+                         "median_s": list(median.values()),
+                         "min_s": [min(v) for v in seconds.values()],
+                         "max_s": [max(v) for v in seconds.values()],
+                         "vs_examples": [m / median[BASELINE] for m in median.values()],
+                         "cpu_s": list(cpu.values()),
+                         "cpu_vs_examples": [c / cpu[BASELINE] for c in cpu.values()]})
+
+
+def _digits(out: Path) -> Path:
+    root = out / "digits"
+    if not (root / "val").is_dir():
+        from sklearn.datasets import load_digits  # the digits extra
+
+        from common.images.digits import write_digits_folder
+
+        digits = load_digits()
+        write_digits_folder(digits.images, digits.target, root)
+    return root
+
+
+def _load() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m common.ddp.first_step``.
+
+    Introduced in docs/scripts.md ("Time to the first step").
+    """
+    config = parse_dataclass_args(FirstStepConfig, argv, description=__doc__.splitlines()[0],
+                                  validate=lambda c: positive(c, "rounds", "ranks", "image_size",
+                                                              "batch_size"))
+    config.out.mkdir(parents=True, exist_ok=True)
+    data = config.data if config.data is not None else _digits(config.out)
+    launches = commands(config, data)
+    for name, command in launches.items():  # untimed: the page cache, the trainer's statistics
+        launch(name, command)
+    rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in TRAINERS}
+    loads = [_load()]
+    for index in range(config.rounds):
+        for name in TRAINERS if index % 2 == 0 else TRAINERS[::-1]:
+            rounds[name].append(launch(name, launches[name]))
+        print(f"round {index + 1}/{config.rounds}: " + ", ".join(
+            f"{name} {values[-1][0]:.2f} s ({values[-1][1]:.1f} s CPU)"
+            for name, values in rounds.items()), flush=True)
+    loads.append(_load())
+    table = summarize(rounds)
+    table.to_csv(config.out / "first_step.csv", index=False, float_format="%.3f")
+    (config.out / "first_step.json").write_text(json.dumps({
+        "config": {**asdict(config), "out": str(config.out), "data": str(data)},
+        "machine": {"cores": os.cpu_count(), "load_average_1min": loads}, "rounds": rounds},
+        indent=1))
+    print(table.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    if None not in loads:
+        print(f"seconds from launch to the end of rank 0's first optimizer step, {config.ranks} "
+              f"ranks (cpu_s: CPU seconds of the whole launch); load average {loads[0]:.1f} before, {loads[1]:.1f} after, on "
+              f"{os.cpu_count()} cores")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
