@@ -21,8 +21,9 @@ wrapped in ``DistributedDataParallel`` on the CPU too (examples leaves it unwrap
 the CPU is used even where an accelerator is found (the
 trainer is compared there); ``--image-size`` replaces the fixed 224 (and 256 for the validation resize, kept at that
 ratio); ``--max-steps`` stops the loop; rank 0 prints a JSON line ``{"event": "first_step",
-"time": ...}`` (``time.time()``, as ``common.ddp.run_log.RunLog``) when its first optimizer
-step has returned. No validation, checkpoint, progress meter or ``--resume`` runs before that.
+"time": ..., "cpu_s": ...}`` (``time.time()``, as ``common.ddp.run_log.RunLog``, and the
+process's CPU seconds, as ``common.ddp.train`` logs them) when its first optimizer step has
+returned. No validation, checkpoint, progress meter or ``--resume`` runs before that.
 ``python -m common.ddp.first_step`` times it beside ``common.ddp.train``.
 """
 
@@ -135,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         loss.backward()
         optimizer.step()
         if step == 1 and rank == 0:
-            print(json.dumps({"event": "first_step", "time": round(time.time(), 3)}), flush=True)
+            print(json.dumps({"event": "first_step", "time": round(time.time(), 3),
+                              "cpu_s": round(time.process_time(), 3)}), flush=True)
         if step >= args.max_steps:
             break
     scheduler.step()

@@ -15,11 +15,12 @@ crop size, no DataLoader workers:
 - ``examples``: ``python -m common.ddp.examples_main``, pytorch/examples' ``imagenet/main.py``
   as it launches (its docstring says what is kept and what changed).
 
-Both print a JSON line ``{"event": "first_step", "time": ...}`` once rank 0's first optimizer
-step has returned; a launch's figure is that time minus the moment the launcher was started
+Both print a JSON line ``{"event": "first_step", "time": ..., "cpu_s": ...}`` once rank 0's first
+optimizer step has returned; a launch's figure is that time minus the moment the launcher was started
 (torchrun's own start, every rank's Python start and imports, the process group, the data and
-the model included). Beside it, the CPU seconds of every process of the launch to its exit
-(``resource.RUSAGE_CHILDREN``), steadier than wall time on a shared machine. One launch of each runs first, untimed, so that both find the files in the
+the model included). Beside it, rank 0's CPU seconds until then (``cpu_s``, its imports
+included: steadier than wall time on a shared machine), and those of every process of the launch
+to its exit (``resource.RUSAGE_CHILDREN``). One launch of each runs first, untimed, so that both find the files in the
 page cache and the trainer its statistics. The table holds the median seconds of each and the
 ratio to examples'; ``first_step.csv`` and ``first_step.json`` (every round, the load average)
 are written to ``--out``.
@@ -59,8 +60,9 @@ class FirstStepConfig:
     out: Path = option(Path("build/bench/first_step"), "output folder (CSV, JSON, the digits)")
 
 
-def first_step_time(stdout: str, command: str = "the launch") -> float:
-    """The ``time`` of the first ``{"event": "first_step", ...}`` JSON line in ``stdout``.
+def first_step_record(stdout: str, command: str = "the launch") -> tuple[float, float]:
+    """``(time, cpu_s)`` of the first ``{"event": "first_step", ...}`` JSON line in ``stdout``:
+    when rank 0's first optimizer step returned, and rank 0's CPU seconds until then.
 
     Raises:
         ValueError: Naming ``command`` when no such line was printed.
@@ -71,7 +73,7 @@ def first_step_time(stdout: str, command: str = "the launch") -> float:
         if line.startswith("{") and '"first_step"' in line:
             record = json.loads(line)
             if record.get("event") == "first_step":
-                return float(record["time"])
+                return float(record["time"]), float(record["cpu_s"])
     raise ValueError(f"{command} printed no first_step record")
 
 
@@ -92,18 +94,20 @@ def commands(config: FirstStepConfig, data: Path) -> dict[str, list[str]]:
                                        nproc_per_node=config.ranks)}
 
 
-def launch(name: str, command: list[str]) -> tuple[float, float]:
-    """``(seconds to the first step, CPU seconds)`` of one run of ``command`` (trainer ``name``).
+def launch(name: str, command: list[str]) -> tuple[float, float, float]:
+    """``(seconds, rank 0's CPU seconds, the launch's CPU seconds)`` of one run of ``command``.
 
-    The seconds run from starting ``command`` to the time its first-step record says
-    (``first_step_time``); the CPU seconds are those of every process it started (torchrun and
-    its ranks, user and system), to their exit: the steadier figure on a shared machine.
+    The seconds run from starting ``command`` (trainer ``name``) to the time its first-step
+    record says; rank 0's CPU seconds are its process's until then (its imports included: the
+    steadiest figure on a shared machine); the launch's are those of every process it started
+    (torchrun and its ranks, user and system) to their exit.
 
     Introduced in docs/scripts.md ("Time to the first step").
     """
     before, started = _children_cpu(), time.time()
     done = run_command(command, timeout=600, threads=1)
-    return first_step_time(done.stdout, name) - started, _children_cpu() - before
+    at, rank0_cpu = first_step_record(done.stdout, name)
+    return at - started, rank0_cpu, _children_cpu() - before
 
 
 def _children_cpu() -> float:
@@ -111,24 +115,27 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def summarize(rounds: dict[str, list[tuple[float, float]]]) -> pd.DataFrame:
+def summarize(rounds: dict[str, list[tuple[float, float, float]]]) -> pd.DataFrame:
     """Per trainer: the median, fastest and slowest seconds to the first step, the median CPU
-    seconds of the launch, and each median's ratio to examples'.
+    seconds of rank 0 to it and of the whole launch, and the medians' ratios to examples'.
 
-    ``rounds``: ``{trainer: [(seconds, cpu_seconds), ...]}`` (``launch``), examples' included.
+    ``rounds``: ``{trainer: [(seconds, rank0_cpu_s, launch_cpu_s), ...]}`` (``launch``),
+    examples' included.
 
     Introduced in docs/scripts.md ("Time to the first step").
     """
-    seconds = {name: [s for s, _ in values] for name, values in rounds.items()}
-    cpu = {name: statistics.median(c for _, c in values) for name, values in rounds.items()}
-    median = {name: statistics.median(values) for name, values in seconds.items()}
+    column = {name: list(zip(*values, strict=True)) for name, values in rounds.items()}
+    median = {name: [statistics.median(values) for values in columns]
+              for name, columns in column.items()}
+    base = median[BASELINE]
     return pd.DataFrame({"trainer": list(rounds), "rounds": [len(v) for v in rounds.values()],
-                         "median_s": list(median.values()),
-                         "min_s": [min(v) for v in seconds.values()],
-                         "max_s": [max(v) for v in seconds.values()],
-                         "vs_examples": [m / median[BASELINE] for m in median.values()],
-                         "cpu_s": list(cpu.values()),
-                         "cpu_vs_examples": [c / cpu[BASELINE] for c in cpu.values()]})
+                         "median_s": [m[0] for m in median.values()],
+                         "min_s": [min(c[0]) for c in column.values()],
+                         "max_s": [max(c[0]) for c in column.values()],
+                         "vs_examples": [m[0] / base[0] for m in median.values()],
+                         "rank0_cpu_s": [m[1] for m in median.values()],
+                         "rank0_cpu_vs_examples": [m[1] / base[1] for m in median.values()],
+                         "launch_cpu_s": [m[2] for m in median.values()]})
 
 
 def _digits(out: Path) -> Path:
@@ -160,13 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     launches = commands(config, data)
     for name, command in launches.items():  # untimed: the page cache, the trainer's statistics
         launch(name, command)
-    rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in TRAINERS}
+    rounds: dict[str, list[tuple[float, float, float]]] = {name: [] for name in TRAINERS}
     loads = [_load()]
     for index in range(config.rounds):
         for name in TRAINERS if index % 2 == 0 else TRAINERS[::-1]:
             rounds[name].append(launch(name, launches[name]))
         print(f"round {index + 1}/{config.rounds}: " + ", ".join(
-            f"{name} {values[-1][0]:.2f} s ({values[-1][1]:.1f} s CPU)"
+            f"{name} {values[-1][0]:.2f} s (rank 0 {values[-1][1]:.1f} s CPU)"
             for name, values in rounds.items()), flush=True)
     loads.append(_load())
     table = summarize(rounds)
@@ -178,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
     if None not in loads:
         print(f"seconds from launch to the end of rank 0's first optimizer step, {config.ranks} "
-              f"ranks (cpu_s: CPU seconds of the whole launch); load average {loads[0]:.1f} before, {loads[1]:.1f} after, on "
+              f"ranks (CPU seconds: rank 0's to its first step, the whole launch's to its exit); load average {loads[0]:.1f} before, {loads[1]:.1f} after, on "
               f"{os.cpu_count()} cores")
     return 0
 

@@ -10,7 +10,7 @@ from common.ddp.first_step import (
     BASELINE,
     FirstStepConfig,
     commands,
-    first_step_time,
+    first_step_record,
     summarize,
 )
 
@@ -18,23 +18,26 @@ from common.ddp.first_step import (
 def test_the_first_first_step_record_is_read_among_other_lines():
     stdout = "\n".join(["rank 0: using the CPU", json.dumps({"event": "start", "time": 5.0}),
                         '{"note": "first_step is not an event here", "time": 6.0}',
-                        json.dumps({"event": "first_step", "attempt": 0, "time": 7.25, "step": 1}),
-                        json.dumps({"event": "first_step", "time": 9.0})])
-    assert first_step_time(stdout) == 7.25
+                        json.dumps({"event": "first_step", "attempt": 0, "time": 7.25, "step": 1,
+                                    "cpu_s": 4.5}),
+                        json.dumps({"event": "first_step", "time": 9.0, "cpu_s": 6.0})])
+    assert first_step_record(stdout) == (7.25, 4.5)
 
 
 def test_a_launch_without_a_first_step_record_is_refused_naming_it():
     with pytest.raises(ValueError, match="examples printed no first_step record"):
-        first_step_time(json.dumps({"event": "done", "time": 3.0}), "examples")
+        first_step_record(json.dumps({"event": "done", "time": 3.0}), "examples")
 
 
 def test_the_table_has_medians_extremes_and_ratios_to_examples():
-    table = summarize({"train": [(9.0, 20.0), (7.0, 18.0), (8.0, 30.0)],
-                       BASELINE: [(10.0, 24.0), (12.0, 20.0), (8.0, 22.0)]}).set_index("trainer")
-    assert table.loc["train", ["median_s", "min_s", "max_s", "cpu_s"]].tolist() == [8, 7, 9, 20]
+    table = summarize({"train": [(9.0, 5.0, 20.0), (7.0, 4.0, 18.0), (8.0, 6.0, 30.0)],
+                       BASELINE: [(10.0, 4.0, 24.0), (12.0, 5.0, 20.0), (8.0, 4.0, 22.0)]}
+                      ).set_index("trainer")
+    assert table.loc["train", ["median_s", "min_s", "max_s", "rank0_cpu_s", "launch_cpu_s"]
+                     ].tolist() == [8, 7, 9, 5, 20]
     assert table.loc["train", "vs_examples"] == pytest.approx(0.8)
-    assert table.loc["train", "cpu_vs_examples"] == pytest.approx(20 / 22)
-    assert table.loc[BASELINE, ["vs_examples", "cpu_vs_examples"]].tolist() == [1.0, 1.0]
+    assert table.loc["train", "rank0_cpu_vs_examples"] == pytest.approx(1.25)
+    assert table.loc[BASELINE, ["vs_examples", "rank0_cpu_vs_examples"]].tolist() == [1.0, 1.0]
 
 
 def test_both_launches_do_the_same_work_on_the_same_folder(tmp_path):
