@@ -20,8 +20,8 @@ optimizer step has returned; a launch's figure is that time minus the moment the
 (torchrun's own start, every rank's Python start and imports, the process group, the data and
 the model included). Beside it, rank 0's CPU seconds until then (``cpu_s``, its imports
 included: steadier than wall time on a shared machine), and those of every process of the launch
-to its exit (``resource.RUSAGE_CHILDREN``). One launch of each runs first, untimed, so that both find the files in the
-page cache and the trainer its statistics. The table holds the median seconds of each and the
+to its exit (``resource.RUSAGE_CHILDREN``). One launch of each runs first, untimed, so that both
+find the files in the page cache and the trainer its statistics. The table holds the median seconds of each and the
 ratio to examples'; ``first_step.csv`` and ``first_step.json`` (every round, the load average)
 are written to ``--out``.
 """
