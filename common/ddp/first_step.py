@@ -1,13 +1,14 @@
 """Seconds from launch to the first optimizer step: ``common.ddp.train`` beside pytorch/examples.
 
     python -m common.ddp.first_step                      # 5 interleaved rounds, 2 ranks
-    python -m common.ddp.first_step --rounds 7 --data DIR
+    python -m common.ddp.first_step --rounds 7 --data DIR   # e.g. Chapter 7's digits
 
 Each round launches, one after the other (which one first alternates by round), two commands
 under ``torchrun --standalone`` with ``--ranks`` processes of one thread each, gloo on the CPU,
-on the same ImageFolder (default: scikit-learn's handwritten digits, written once by
-``common.images.digits`` into ``--out``/digits), ``resnet18``, SGD, the same global batch and
-crop size, no DataLoader workers:
+on the same ImageFolder (``--data``; default: the repository's shapes as an ImageFolder;
+docs/figures.md's figure: scikit-learn's handwritten digits as ``common.images.digits`` writes
+them for Chapter 7), ``resnet18``, SGD, the same global batch and crop size, no DataLoader
+workers:
 
 - ``train``: ``python -m common.ddp.train`` with its defaults otherwise (seeded augmentation,
   ``--normalize auto``: the training split's own statistics, computed by the first launch and
@@ -54,10 +55,10 @@ class FirstStepConfig:
 
     rounds: int = option(5, "interleaved rounds (the median is reported)")
     ranks: int = option(2, "processes of each launch")
-    data: Path | None = option(None, "an ImageFolder root (default: the digits, written into --out)")
+    data: Path | None = option(None, "an ImageFolder root (default: the repository's shapes as one)")
     image_size: int = option(32, "side of the training crops")
     batch_size: int = option(64, "global batch (each of --ranks processes takes its share)")
-    out: Path = option(Path("build/bench/first_step"), "output folder (CSV, JSON, the digits)")
+    out: Path = option(Path("build/bench/first_step"), "output folder (CSV, JSON)")
 
 
 def first_step_record(stdout: str, command: str = "the launch") -> tuple[float, float]:
@@ -138,16 +139,11 @@ def summarize(rounds: dict[str, list[tuple[float, float, float]]]) -> pd.DataFra
                          "launch_cpu_s": [m[2] for m in median.values()]})
 
 
-def _digits(out: Path) -> Path:
-    root = out / "digits"
-    if not (root / "val").is_dir():
-        from sklearn.datasets import load_digits  # the digits extra
+def _shapes_folder() -> Path:
+    # The repository's shapes as an ImageFolder (common.ensure_data writes that view too).
+    from common.synthetic import ensure_data
 
-        from common.images.digits import write_digits_folder
-
-        digits = load_digits()
-        write_digits_folder(digits.images, digits.target, root)
-    return root
+    return ensure_data(verbose=False).imagefolder_dir("train").parent
 
 
 def _load() -> float | None:
@@ -163,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                                   validate=lambda c: positive(c, "rounds", "ranks", "image_size",
                                                               "batch_size"))
     config.out.mkdir(parents=True, exist_ok=True)
-    data = config.data if config.data is not None else _digits(config.out)
+    data = config.data if config.data is not None else _shapes_folder()
     launches = commands(config, data)
     for name, command in launches.items():  # untimed: the page cache, the trainer's statistics
         launch(name, command)
