@@ -13,9 +13,9 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
@@ -27,6 +27,9 @@ from common.annotations import (
     resolve_inside,
 )
 from common.images.pixels import squared, viewer_rgb
+
+if TYPE_CHECKING:  # pandas is imported where a CSV is read: an ImageFolder run never loads it
+    import pandas as pd
 
 __all__ = ["BadSampleError", "CustomDataset", "CustomImageDataset", "DECODE_ERRORS", "check_pixels",
            "decode_errors", "describe_image", "load_rgb", "open_image", "parse_label",
@@ -66,7 +69,7 @@ def load_rgb(path: str | os.PathLike, *, where: str = "",
     path = Path(path)  # a NumPy string would show as np.str_('...') in PIL's message
     with decode_errors(describe_image(path, where)):
         with open_image(path, max_pixels=max_pixels) as image:
-            return viewer_rgb(image, orientation=orientation)  # forces the full decode
+            return viewer_rgb(image, orientation=orientation, copy=False)  # the full decode
 
 
 #: What PIL (OSError, UnidentifiedImageError, SyntaxError, ValueError, DecompressionBombError)
@@ -214,6 +217,8 @@ class CustomImageDataset(Dataset):
                                                   labels, lines, skipped, on_bad)
         paths, labels, lines = ([items[i] for i in keep] for items in (paths, labels, lines))
         skipped.sort()
+        import pandas as pd  # already imported by read_annotations
+
         self.skipped = pd.DataFrame(skipped, columns=["line", "file_name", "reason"])
         if skipped:
             lines_skipped = ", ".join(str(line) for line, _, _ in skipped)

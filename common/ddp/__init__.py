@@ -6,7 +6,8 @@ all-reduce hook), ``launch`` (start ``torchrun`` as a subprocess), ``snapshot`` 
 validated training snapshots), ``run_log``, ``config`` (``TrainConfig``), ``trainer`` (the
 trainer's steps, ``run_training``), ``debugging`` (every rank's stack dump, the rank that
 hangs), and the entry points ``train`` (``python -m common.ddp.train``), ``bench``,
-``collectives_demo`` and ``uneven``, which no module imports. Imports go one way: ``common.ddp`` uses the core of ``common``.
+``collectives_demo``, ``uneven``, ``first_step`` and ``examples_main`` (pytorch/examples'
+launch, which ``first_step`` times), which no module imports. Imports go one way: ``common.ddp`` uses the core of ``common``.
 """
 
 from __future__ import annotations

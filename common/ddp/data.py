@@ -11,10 +11,12 @@ Both read any layout of ``common.images.layouts``: the shapes, an ImageFolder ro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
+from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Subset, default_collate
 
 from common.ddp.config import RunSettings
@@ -29,26 +31,53 @@ from common.loaders import seed_worker
 from common.synthetic import ShapesData
 
 PIPELINES = ("decode", "cache")
+_BILINEAR, _FLIP = Image.Resampling.BILINEAR, Image.Transpose.FLIP_LEFT_RIGHT
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(value: int) -> int:
+    # splitmix64's step: add the golden gamma, then its finalizer (Steele, Lea, Flood 2014).
+    value = (value + 0x9E3779B97F4A7C15) & _MASK64
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return value ^ (value >> 31)
+
+
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """The seed of sample ``index`` in ``epoch`` of a run seeded ``seed``: a 64-bit integer.
+
+    splitmix64 over the three numbers in turn: a fixed arithmetic function of them alone (no
+    rank, worker, process or Python hash seed enters), about 1 µs against about 9 µs for
+    ``np.random.SeedSequence([seed, epoch, index]).generate_state(1)``.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    return _mix64(_mix64(_mix64(seed & _MASK64) ^ (epoch & _MASK64)) ^ (index & _MASK64))
 
 
 class SeededAugment(Dataset):
-    """Sample ``i`` of epoch ``e`` is transformed under its own seed ``(seed, e, i)``.
+    """Sample ``i`` of epoch ``e`` is transformed under its own seed ``sample_seed(seed, e, i)``.
 
     The augmentation of a sample then depends on neither the rank that loads it, nor the
     DataLoader worker, nor the number of ranks, nor whether the run was resumed — which is
     what makes 1-process and N-process runs, and resumed runs, comparable exactly.
-    The global torch RNG of the loading process is left as it was.
 
-    The seed goes to the CPU generator only (``torch.default_generator``, a ``torch.Generator``,
-    which the transforms draw from), not through ``torch.manual_seed``: that one also seeds every
-    CUDA device's generator, about 100-350 µs per call on a CUDA build of torch, against about
-    10 µs here for the seed and the save/restore together. The draws, hence the images, are the same.
+    ``generator``: the ``torch.Generator`` the transform draws from (``CropFlip(size,
+    generator=g)``, the trainers' default); it is seeded per sample, about 1 µs. Without one the
+    seed goes to torch's global CPU generator (``torch.default_generator``, which
+    ``torchvision.transforms`` draw from), its state saved and restored around the sample
+    (``fork_rng``, about 5 µs), so that the global RNG of the loading process is left as it
+    was. Neither goes through ``torch.manual_seed``: that one also seeds every CUDA device's
+    generator, about 100-350 µs per call on a CUDA build of torch.
 
     Introduced in chapters/04_2_ddp_training.ipynb.
     """
 
-    def __init__(self, dataset: Dataset, *, seed: int) -> None:
-        self.dataset, self.seed, self.epoch = dataset, seed, 0
+    def __init__(self, dataset: Dataset, *, seed: int,
+                 generator: torch.Generator | None = None) -> None:
+        self.dataset, self.seed, self.epoch, self.generator = dataset, seed, 0, generator
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -57,10 +86,48 @@ class SeededAugment(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, index: int):
-        sample_seed = np.random.SeedSequence([self.seed, self.epoch, index]).generate_state(1)[0]
-        with torch.random.fork_rng(devices=[]):  # the CPU generator's state, restored after
-            torch.default_generator.manual_seed(int(sample_seed))
+        seed = sample_seed(self.seed, self.epoch, index)
+        if self.generator is not None:
+            self.generator.manual_seed(seed)
             return self.dataset[index]
+        with torch.random.fork_rng(devices=[]):  # the CPU generator's state, restored after
+            torch.default_generator.manual_seed(seed)
+            return self.dataset[index]
+
+
+#: Random numbers ``CropFlip`` draws per image: 10 tries of (area, aspect ratio), the crop's
+#: top and left, the flip.
+CROP_FLIP_DRAWS = 23
+
+
+def crop_box(width: int, height: int, draws: Sequence[float], scale: Sequence[float],
+             ratio: Sequence[float]) -> tuple[int, int, int, int]:
+    """``(top, left, height, width)`` of a random resized crop of a ``width`` x ``height`` image.
+
+    torchvision's ``RandomResizedCrop.get_params`` (pytorch/examples' recipe): up to 10 tries
+    of an area in ``scale`` of the image's and a log-uniform aspect ratio in ``ratio``, the
+    first box that fits placed uniformly; else the centre crop at the nearest ratio. The
+    uniform numbers in [0, 1) come in ``draws`` (``CROP_FLIP_DRAWS - 1`` of them) instead of
+    one torch call each, so the crop costs microseconds.
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    area = width * height
+    low, high = math.log(ratio[0]), math.log(ratio[1])
+    for attempt in range(10):
+        target = area * (scale[0] + (scale[1] - scale[0]) * draws[2 * attempt])
+        aspect = math.exp(low + (high - low) * draws[2 * attempt + 1])
+        w, h = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            return int(draws[20] * (height - h + 1)), int(draws[21] * (width - w + 1)), h, w
+    shape = width / height  # the fallback: a centre crop
+    if shape < min(ratio):
+        w, h = width, round(width / min(ratio))
+    elif shape > max(ratio):
+        w, h = round(height * max(ratio)), height
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
 
 
 class CropFlip:
@@ -69,8 +136,10 @@ class CropFlip:
     pytorch/examples' ImageNet recipe (``RandomResizedCrop`` + ``RandomHorizontalFlip``) done
     in one PIL ``resize`` of the crop box (no intermediate crop image), the flip on the small
     result, and the sample kept uint8: ``NormalizeCollate`` normalizes the whole batch last
-    (Chapter 3). The draws come from torch's CPU generator, as in ``transforms``: under
-    ``SeededAugment`` every sample's crop and flip are fixed by ``(seed, epoch, index)``.
+    (Chapter 3). The crop and the flip come from one draw of ``CROP_FLIP_DRAWS`` numbers
+    (``crop_box``) from ``generator``, by default torch's global CPU generator as in
+    ``transforms``; under ``SeededAugment`` (given the same generator) every sample's crop and
+    flip are fixed by ``(seed, epoch, index)``.
     Rotations and colour jitter (``V2TrainPreset``, Chapter 2.2) are left out: they double the
     CPU per sample (docs/scripts.md, "What each transform costs").
 
@@ -78,21 +147,19 @@ class CropFlip:
     """
 
     def __init__(self, size: int, *, scale: tuple[float, float] = (0.5, 1.0),
-                 ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> None:
-        self.size, self.scale, self.ratio = size, scale, ratio
+                 ratio: tuple[float, float] = (3 / 4, 4 / 3),
+                 generator: torch.Generator | None = None) -> None:
+        self.size, self.scale, self.ratio, self.generator = size, scale, ratio, generator
 
     def __call__(self, image) -> torch.Tensor:
-        from PIL import Image
-        from torchvision.transforms import RandomResizedCrop
-        from torchvision.transforms.functional import pil_to_tensor
-
-        top, left, height, width = RandomResizedCrop.get_params(image, list(self.scale),
-                                                                list(self.ratio))
-        out = image.resize((self.size, self.size), Image.Resampling.BILINEAR,
+        draws = torch.rand(CROP_FLIP_DRAWS, dtype=torch.float64, generator=self.generator).tolist()
+        top, left, height, width = crop_box(*image.size, draws, self.scale, self.ratio)
+        out = image.resize((self.size, self.size), _BILINEAR,
                            box=(left, top, left + width, top + height))
-        if torch.rand(1) < 0.5:
-            out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        return pil_to_tensor(out)
+        if draws[-1] < 0.5:
+            out = out.transpose(_FLIP)
+        pixels = np.array(out)  # (H, W, C) uint8, writable: torchvision's pil_to_tensor, quicker
+        return torch.from_numpy(pixels[:, :, None] if pixels.ndim == 2 else pixels).permute(2, 0, 1)
 
     def __repr__(self) -> str:
         return f"CropFlip(size={self.size}, scale={self.scale})"
@@ -182,15 +249,19 @@ def build_datasets(config: RunSettings, data: ImageData) -> tuple[Dataset, Datas
         raise ValueError(f"--data-pipeline must be one of {PIPELINES}, got {pipeline!r}")
     from common.transforms import V2EvalPreset  # torchvision: the decode path only
 
-    # Augmented: crop and flip to uint8, the batch normalized last (NormalizeCollate).
-    train_tf = CropFlip(size) if config.augment else V2EvalPreset(resize_size=size, crop_size=size, **norm)
+    # Augmented: crop and flip to uint8, the batch normalized last (NormalizeCollate), drawn
+    # from a generator of the dataset's own that SeededAugment seeds per sample.
+    generator = torch.Generator()
+    train_tf = (CropFlip(size, generator=generator) if config.augment
+                else V2EvalPreset(resize_size=size, crop_size=size, **norm))
 
     def split(name: str, transform, count: int) -> Dataset:
         dataset = data.dataset(name, transform)
         indices = data.subset(len(dataset), count)
         return dataset if len(indices) == len(dataset) else Subset(dataset, indices)
 
-    return (SeededAugment(split("train", train_tf, config.subset), seed=config.seed),
+    return (SeededAugment(split("train", train_tf, config.subset), seed=config.seed,
+                          generator=generator),
             split("val", V2EvalPreset(resize_size=size, crop_size=size, **norm), config.subset // 2),
             NormalizeCollate(**norm) if config.augment else None, None)
 

@@ -154,6 +154,9 @@ def distributed_train_epoch(run: Run, loader: DataLoader, epoch: int) -> dict[st
             run.scheduler.step()
             run.position = Position(epoch, run.position.step + 1, batch_index)
             run.timing.step_done(run.position.step)
+            if run.timing.steps == 1:  # the launch's time to train (python -m common.ddp.first_step)
+                run.log.write("first_step", step=run.position.step,
+                              cpu_s=round(time.process_time(), 3))  # this process's, imports included
             _after_step(run)
             if run.stop_requested():
                 break

@@ -108,7 +108,7 @@ class DraftPilDecoder:
                 if self.draft and image.format == "JPEG":
                     stored = target if shown == image.size else target[::-1]
                     image.draft("RGB", stored)  # never smaller than the target
-                image = viewer_rgb(image, orientation=self.orientation)
+                image = viewer_rgb(image, orientation=self.orientation, copy=False)
         if self.resize != "crop":  # squash or pad to a square first (common.images.pixels)
             image = squared(image, self.resize)
             target = resized_size(*image.size, self.resize_size)

@@ -28,9 +28,9 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from common.annotations import BadSampleError, read_annotations
 from common.data import CustomImageDataset, load_rgb
@@ -38,6 +38,9 @@ from common.digests import file_sha256
 from common.images.listing import FolderListing, list_folder, system_entry
 from common.images.pixels import squared
 from common.synthetic import ShapesData, ensure_data
+
+if TYPE_CHECKING:  # pandas is imported where a CSV is read (common.annotations)
+    import pandas as pd
 
 LAYOUTS = ("shapes", "imagefolder", "csv")
 #: The four flags of the guide's layout, in the order ``--help`` lists them.

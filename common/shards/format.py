@@ -389,4 +389,4 @@ def decode_image(record: ShardRecord, *, max_pixels: int | None = None) -> Image
     with decode_errors(f"shard {record.shard}: member {record.member}: cannot decode image",
                        ShardError):
         with open_image(io.BytesIO(record.data), max_pixels=max_pixels) as image:
-            return viewer_rgb(image)  # as common.data.load_rgb: EXIF, 16 bits, transparency
+            return viewer_rgb(image, copy=False)  # as common.data.load_rgb: EXIF, 16 bits, ...

@@ -128,7 +128,9 @@ def _v2_stages(data, size: int, count: int) -> dict:
     rows = {f"v2_{name}": (subset(v2.Compose([t for _, t in stages[:k + 1]])), _labels_only)
             for k, (name, _) in enumerate(stages)}
     rows["cropflip"] = (subset(CropFlip(size)), NormalizeCollate())
-    rows["seeded_cropflip"] = (SeededAugment(subset(CropFlip(size)), seed=0), NormalizeCollate())
+    generator = torch.Generator()  # as common.ddp.data.build_datasets: seeded per sample
+    rows["seeded_cropflip"] = (SeededAugment(subset(CropFlip(size, generator=generator)), seed=0,
+                                             generator=generator), NormalizeCollate())
     return rows
 
 
