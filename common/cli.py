@@ -32,7 +32,7 @@ import time
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -84,7 +84,11 @@ def _add_field(parser: argparse.ArgumentParser, item: dataclasses.Field, hint: A
         parser.add_argument(item.name, type=kind, nargs=nargs, choices=meta.get("choices"),
                             help=text, **({"default": default} if nargs in ("*", "?") else {}))
         return
-    text += f" (default: {default!r})" if item.default is not dataclasses.MISSING else " (required)"
+    if item.default is dataclasses.MISSING:
+        text += " (required)"
+    elif "(default:" not in text:  # a help that says its default in words keeps its own
+        shown = os.fspath(default) if isinstance(default, PurePath) else repr(default)
+        text += f" (default: {shown})"
     if kind is bool:
         parser.add_argument(flag_name(item.name), action=argparse.BooleanOptionalAction, help=text)
         return

@@ -68,6 +68,23 @@ def test_help_shows_percent_and_defaults(capsys):
     assert "in % of nothing (default: 0.1)" in out and "--no-augment" in out
 
 
+def test_help_says_each_default_once_and_a_path_as_written(capsys):
+    from dataclasses import dataclass
+    from pathlib import Path
+
+    from common.cli import build_parser, option
+
+    @dataclass
+    class Bench:
+        out: Path = option(Path("build/bench"), "output folder")
+        data: Path | None = option(None, "a dataset (default: the repository's data)")
+
+    build_parser(Bench, description="x").print_help()
+    out = " ".join(capsys.readouterr().out.split())
+    assert "output folder (default: build/bench)" in out and "PosixPath" not in out
+    assert "(default: the repository's data)" in out and "(default: None)" not in out
+
+
 #: Where entry points live; a module is one if it has a ``__main__`` guard or is a ``__main__.py``.
 ENTRY_FOLDERS = ("common", "course", "data_scripts")
 #: Entry points that another program starts: their ``--help`` says who, on stderr, with exit status 2.
