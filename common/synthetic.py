@@ -213,13 +213,19 @@ def _manifest_files(root: Path) -> dict[str, str]:
     return files if isinstance(files, dict) else {}
 
 
+#: The folder of ``root`` where the trainers cache the ImageFolder and CSV views (not strays).
+CACHES = "cache"
+
+
 def inspect_data(root: Path, config: SyntheticConfig = SyntheticConfig()
                  ) -> tuple[list[str], list[Path]]:
     """``(problems, strays)`` of the dataset at ``root``.
 
     ``problems`` (regenerate if any): a missing, damaged or outdated manifest, a listed
     file missing or not matching its sha256. ``strays``: files the manifest does not list
-    (not the generator's: left alone, but a folder listing such as ``ImageFolder`` sees them).
+    (not the generator's: left alone, but a folder listing such as ``ImageFolder`` sees them),
+    except under ``root / CACHES``, where the trainers keep the caches and statistics of the
+    ImageFolder and CSV views (``common.images.layouts``: beside the view, as for any folder).
 
     Introduced in chapters/01_pytorch_basics.ipynb.
     """
@@ -245,7 +251,8 @@ def inspect_data(root: Path, config: SyntheticConfig = SyntheticConfig()
             problems.append(f"{path} does not match its sha256 in the manifest")
     strays = [path for path in sorted(root.rglob("*")) if path.is_file()
               and path.relative_to(root).as_posix() not in files
-              and path.relative_to(root).as_posix() != "manifest.json"]
+              and path.relative_to(root).as_posix() != "manifest.json"
+              and path.relative_to(root).parts[0] != CACHES]
     return problems, strays
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +131,23 @@ def test_a_stray_file_is_warned_about_and_left_alone(tmp_path):
     assert verify(root, TINY) == [f"{stray} is not in the manifest"]
     generate(root, TINY)  # a regeneration (e.g. --force) carries it over too
     assert stray.read_text() == "mine"
+
+
+def test_a_trainer_s_cache_of_the_imagefolder_view_is_no_stray(tmp_path):
+    from common.images.layouts import folder_data
+
+    root = tmp_path / "shapes"
+    ensure_data(root, TINY, verbose=False)
+    cache = folder_data(root / "imagefolder").cache_root  # where the trainers keep its caches
+    assert cache.parent == root / "cache"
+    (cache / "statistics_32.json").parent.mkdir(parents=True)
+    (cache / "statistics_32.json").write_text("{}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ensure_data(root, TINY, verbose=False)
+    assert verify(root, TINY) == []
+    (root / "cache.txt").write_text("mine")  # only the folder itself is the trainers'
+    assert verify(root, TINY) == [f"{root / 'cache.txt'} is not in the manifest"]
 
 
 def test_a_symlinked_data_folder_is_repaired_through_the_link(tmp_path):
