@@ -104,9 +104,10 @@ def test_a_hostname_that_resolves_to_127_0_1_1(make_cluster):
 
 def test_nodes_that_disagree_on_nnodes(make_cluster):
     cluster = make_cluster(2)
+    # 10 s, not 5: under a 4-worker test run the client once started more than 5 s after the server
     server = preflight(cluster, 0, "--endpoint", ENDPOINT, "--nnodes", "2", "--serve",
-                       "--timeout", "5")
-    client = preflight(cluster, 1, "--endpoint", ENDPOINT, "--nnodes", "3", "--timeout", "5")
+                       "--timeout", "10")
+    client = preflight(cluster, 1, "--endpoint", ENDPOINT, "--nnodes", "3", "--timeout", "10")
     for process, output in zip((server, client), finish([server, client], timeout=120),
                                strict=True):
         assert process.returncode == 1, output
