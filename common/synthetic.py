@@ -24,13 +24,16 @@ import sys
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from filelock import FileLock
 
 from common.cli import option
 from common.paths import default_data_root, display_path
 from common.shapes import CLASSES, draw_shape_image
+
+if TYPE_CHECKING:  # filelock is imported where data is generated
+    from filelock import FileLock
 
 MANIFEST_VERSION = 2  # bump whenever drawing changes, so old datasets are regenerated
 SPLITS = ("train", "val")
@@ -115,6 +118,8 @@ def _target(root: Path) -> Path:
 
 
 def _lock(root: Path) -> FileLock:
+    from filelock import FileLock  # only where data is generated
+
     target = _target(root)
     target.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(target.parent / f".{target.name}.lock")

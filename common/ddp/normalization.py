@@ -25,7 +25,7 @@ from common.cli import option
 from common.fast.cache import CacheError
 from common.fast.pipeline import DraftPilDecoder
 from common.imagenet import IMAGENET_MEAN, IMAGENET_STD
-from common.images.layouts import ImageData, file_list
+from common.images.layouts import ImageData
 from common.images.pixels import RESIZES
 from common.stats import RunningChannelStats
 
@@ -73,7 +73,7 @@ def dataset_statistics(data: ImageData, size: int, *, verbose: bool = False) -> 
 
     Introduced in docs/scripts.md ("Your own images").
     """
-    files = file_list(data.dataset("train"))
+    files = data.file_list("train")
     decoder = DraftPilDecoder(resize_size=size, crop_size=size, draft=False, **data.pixels)
     return stored_statistics(Path(data.cache_root) / f"statistics_{size}.json", files.sha256,
                              lambda: (decoder(str(path)) for path in files.paths),

@@ -28,10 +28,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from filelock import FileLock
 from torch.utils.data import DataLoader, Dataset
 
 from common.data import readonly_view
@@ -48,6 +48,9 @@ from common.fast.cache_files import (
 )
 from common.fast.pipeline import DraftPilDecoder, keep_batch
 from common.images.layouts import FileList, file_list
+
+if TYPE_CHECKING:  # filelock is imported where a cache is built
+    from filelock import FileLock
 
 #: Every ``source`` below is a ``CustomImageDataset`` or a torchvision ``ImageFolder``: what
 #: ``common.images.layouts.file_list`` reads.
@@ -179,6 +182,8 @@ def build_lock(root: Path) -> FileLock:
 
     Introduced in chapters/03_1_efficient_pipelines.ipynb.
     """
+    from filelock import FileLock  # only where a cache is built
+
     root.mkdir(parents=True, exist_ok=True)
     return FileLock(root / ".build.lock")
 

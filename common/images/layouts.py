@@ -93,6 +93,10 @@ class ImageData:
     named_labels: bool = False
     orientation: str = "exif"
     resize: str = "crop"
+    #: An ImageFolder's record of the images its listings found (``common.images.listing``'s
+    #: ``KnownImages``: ``known_images_<split>.json``), so that an unchanged file is not opened
+    #: again to decide whether it is an image; ``None``: every listing opens every file.
+    known_images: Path | None = field(default=None, compare=False)
     #: Per split: its ``FolderListing`` (ImageFolder) or its ``CustomImageDataset`` (a CSV,
     #: without transform); ``"<split> annotations"``: a CSV already parsed for its classes.
     read_once: dict = field(default_factory=dict, compare=False, repr=False)
@@ -108,6 +112,19 @@ class ImageData:
         if name not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
         return self.train if name == "train" else self.val
+
+    def file_list(self, split: str) -> FileList:
+        """``file_list(self.dataset(split))``, made once per split and pixels (``read_once``):
+        the statistics and the run's identity read the same one."""
+        key = f"{split} file list {sorted(self.pixels.items())}"
+        if key not in self.read_once:
+            self.read_once[key] = file_list(self.dataset(split))
+        return self.read_once[key]
+
+    def known_images_file(self, split: str) -> Path | None:
+        """Where the listing of ``split`` keeps the images it found (``known_images``)."""
+        return None if self.known_images is None else \
+            self.known_images / f"known_images_{split}.json"
 
     def subset(self, length: int, count: int) -> Sequence[int]:
         """Which ``count`` of a split's ``length`` samples ``--subset`` keeps (0: all): the first
@@ -132,7 +149,8 @@ class ImageData:
         files = self.split(split)
         if files.csv is None:
             if split not in self.read_once:
-                self.read_once[split] = list_folder(files.images, classes=self.classes)
+                self.read_once[split] = list_folder(files.images, classes=self.classes,
+                                                    known=self.known_images_file(split))
             return image_folder(files.images, transform, classes=self.classes,
                                 listing=self.read_once[split], **self.pixels)
         if split not in self.read_once:
@@ -265,18 +283,24 @@ def csv_data(train_csv: Path, train_images: Path, val_csv: Path, val_images: Pat
                      read_once={"train annotations": frame})
 
 
-def folder_data(root: Path) -> ImageData:
+def folder_data(root: Path, *, remember: bool = True) -> ImageData:
     """An ImageFolder root: ``train/`` and ``val/`` of class folders; classes from ``train/``.
+
+    ``remember``: keep the images each listing found in the cache folder
+    (``root/../cache/<name>-imagefolder/known_images_<split>.json``), so that the next run
+    opens only the files that changed (``ImageData.known_images``); ``False`` writes nothing
+    there (``make_shards.py --imagefolder`` writes only to its ``--out``).
 
     Introduced in docs/scripts.md ("Your own images").
     """
-    listing = list_folder(root / "train").refuse()
-    at_least_two_classes(listing.classes, root / "train")
+    cache = root.parent / "cache" / f"{root.name}-imagefolder"
+    known = cache if remember else None
+    listing = list_folder(root / "train", known=known and known / "known_images_train.json")
+    at_least_two_classes(listing.refuse().classes, root / "train")
     return ImageData("imagefolder", listing.classes,
                      SplitFiles(root / "train", None, "--data train/"),
-                     SplitFiles(root / "val", None, "--data val/"),
-                     root.parent / "cache" / f"{root.name}-imagefolder",
-                     read_once={"train": listing})
+                     SplitFiles(root / "val", None, "--data val/"), cache,
+                     known_images=known, read_once={"train": listing})
 
 
 def at_least_two_classes(classes: tuple[str, ...], where: Path) -> None:
@@ -403,12 +427,19 @@ def file_list(dataset) -> FileList:
         return FileList(f"annotations file {csv.name}", str(csv), dataset.paths,
                         dataset.labels, csv, extra)
     root = Path(dataset.root)
-    rows = [f"{os.path.relpath(path, root)}\t{label}" for path, label in dataset.samples]
+    rows = [f"{_relative(path, root)}\t{label}" for path, label in dataset.samples]
     return FileList(f"file list of {root.name}/", str(root),
                     np.array([path for path, _ in dataset.samples], dtype=np.str_),
                     np.array(dataset.targets, dtype=np.int64),
                     extra="\n".join(["imagefolder", *rows, "classes", *dataset.classes]).encode()
                     + _pixels_bytes(dataset))
+
+
+def _relative(path: str, root: Path) -> str:
+    """``os.path.relpath(path, root)``, without its cost where ``path`` starts with ``root/``."""
+    prefix = os.path.join(os.fspath(root), "")
+    return path[len(prefix):] if path.startswith(prefix) and ".." not in path \
+        else os.path.relpath(path, root)
 
 
 def _pixels_bytes(dataset) -> bytes:
@@ -436,7 +467,7 @@ def data_identity(data: ImageData) -> dict[str, str]:
     for split in SPLITS:
         files = data.split(split)
         if files.csv is None:
-            identity[f"{files.flag} (file list)"] = file_list(data.dataset(split)).sha256
+            identity[f"{files.flag} (file list)"] = data.file_list(split).sha256
         elif data.kind == "shapes":
             identity[f"--data {split}/labels.csv"] = file_sha256(files.csv)
         else:

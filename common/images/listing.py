@@ -20,10 +20,16 @@ The decode pipeline, the uint8 cache, the shards (``make_shards.py --imagefolder
   already listed is skipped, named.
 - **Class names are NFC-normalized** and sorted, numbered ``0..K-1`` as torchvision's
   ``ImageFolder`` numbers them; on a clean folder the samples are ``ImageFolder``'s, in its order.
+- **Checked once while unchanged** (``known=``, what the trainers pass): the images the content
+  check found are kept in a JSON file (:class:`KnownImages`) with each file's size, modification
+  and change times and inode; a file whose four are the same is not opened again. Editing,
+  replacing, copying or touching a file changes them, and it is checked again; files that are
+  not images are checked every time. ``python -m common.images.check`` always checks every file.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import unicodedata
@@ -35,6 +41,7 @@ from pathlib import Path
 from PIL import Image
 
 from common.annotations import BadSampleError
+from common.atomic_io import write_atomically
 
 #: System entries skipped by name, and what they are.
 SYSTEM_NAMES = {"__MACOSX": "macOS zip metadata", "@eaDir": "Synology thumbnails",
@@ -178,11 +185,81 @@ def _kind(mode: int) -> str:
             else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
 
 
+class KnownImages:
+    """The images an earlier content check found under a folder, read from and written to the
+    JSON file ``path``: ``{"version": 1, "files": {relative path: [size, mtime_ns, ctime_ns,
+    inode, format]}}``.
+
+    :meth:`format` answers for a file only while its ``os.stat`` still shows those four numbers
+    (a change of content, a replaced or copied file, ``touch``: checked again). A missing or
+    damaged file is an empty record; :meth:`save` writes what this listing found (files gone
+    are dropped) only when it differs, atomically (ranks may write at once), and skips a place
+    it cannot write: the listing is the same either way, only slower next time.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+
+    VERSION = 1
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path, self.found = Path(path), {}
+        self.recorded = self._read()
+
+    def _read(self) -> dict:
+        try:
+            saved = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(saved, dict) or saved.get("version") != self.VERSION:
+            return {}
+        return saved["files"] if isinstance(saved.get("files"), dict) else {}
+
+    @staticmethod
+    def _stamp(info: os.stat_result) -> list[int]:
+        return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
+
+    def format(self, key: str, info: os.stat_result) -> str:
+        """The recorded format of the file ``key`` whose ``os.stat`` is ``info``, or ``""``."""
+        entry = self.recorded.get(key)
+        if (isinstance(entry, list) and len(entry) == 5 and entry[:4] == self._stamp(info)
+                and isinstance(entry[4], str) and entry[4]):
+            self.found[key] = entry
+            return entry[4]
+        return ""
+
+    def remember(self, key: str, info: os.stat_result, fmt: str) -> None:
+        """Record that the content check found the image ``key`` (``info``) to be ``fmt``."""
+        self.found[key] = [*self._stamp(info), fmt]
+
+    def save(self) -> None:
+        """Write what this listing found, if it differs from what was read."""
+        if self.found == self.recorded:
+            return
+        body = json.dumps({"version": self.VERSION, "files": self.found}, ensure_ascii=False)
+        try:
+            write_atomically(self.path, lambda file: file.write(body.encode("utf-8")))
+        except OSError:
+            pass  # a read-only place: the next listing checks every file again
+
+
 class _Walk:
     """One split's walk: links followed, each folder and each file listed once."""
 
-    def __init__(self, listing: FolderListing) -> None:
-        self.listing, self.folders, self.files = listing, set(), {}
+    def __init__(self, listing: FolderListing, known: KnownImages | None = None) -> None:
+        self.listing, self.folders, self.files, self.known = listing, set(), {}, known
+        self.prefix = os.path.join(os.fspath(listing.root), "")
+
+    def image_format(self, path: str, info: os.stat_result) -> tuple[str, str]:
+        """:func:`image_format`, or the format ``self.known`` recorded for this unchanged file."""
+        if self.known is None:
+            return image_format(path)
+        key = path[len(self.prefix):] if path.startswith(self.prefix) else path
+        if fmt := self.known.format(key, info):
+            return fmt, ""
+        fmt, why = image_format(path)
+        if fmt:
+            self.known.remember(key, info, fmt)
+        return fmt, why
 
     def stat(self, path: str) -> os.stat_result | None:
         try:
@@ -236,7 +313,7 @@ class _Walk:
                 self.listing.skipped.append(Entry(entry.path, f"the same file as {first} "
                                                               "(a link): listed once"))
             else:
-                fmt, why = image_format(entry.path)
+                fmt, why = self.image_format(entry.path, info)
                 if fmt:
                     names.append((entry.name, entry.path, fmt))
                 elif why.startswith("cannot be read") or (
@@ -261,13 +338,16 @@ def class_key(name: str) -> str:
 
 
 def list_folder(root: str | os.PathLike, *, classes: tuple[str, ...] | None = None,
-                empty_classes: bool = False) -> FolderListing:
+                empty_classes: bool = False,
+                known: str | os.PathLike | None = None) -> FolderListing:
     """The classes and images of ``root`` (``root/<class>/.../<image>``), nothing refused yet.
 
     Args:
         classes: Number the labels by these (the training split's) classes; a class folder
             not among them is a problem.
         empty_classes: Accept a class folder without an image (else a problem).
+        known: A JSON file of the images found before (:class:`KnownImages`): unchanged files
+            are not opened again, and the file is updated. ``None``: every file is opened.
 
     Call :meth:`FolderListing.refuse` to raise on the problems, or read them all
     (``python -m common.images.check``).
@@ -275,7 +355,7 @@ def list_folder(root: str | os.PathLike, *, classes: tuple[str, ...] | None = No
     Introduced in docs/scripts.md ("Your own images").
     """
     listing = FolderListing(Path(root))
-    walk = _Walk(listing)
+    walk = _Walk(listing, None if known is None else KnownImages(known))
     info = walk.stat(os.fspath(root))
     if info is None or not stat.S_ISDIR(info.st_mode):
         listing.problems.append(Entry(os.fspath(root), "not a folder"))
@@ -325,4 +405,6 @@ def list_folder(root: str | os.PathLike, *, classes: tuple[str, ...] | None = No
             listing.samples.append((path, index[name]))
             listing.formats.append(fmt)
     listing.classes = names
+    if walk.known is not None:
+        walk.known.save()
     return listing

@@ -135,7 +135,7 @@ def convert_imagefolder(root: Path, out: Path, *, shard_size: int, prefix: str) 
     Introduced in docs/scripts.md ("Your own images").
     """
     if (root / "train").is_dir() and (root / "val").is_dir():
-        data = folder_data(root)
+        data = folder_data(root, remember=False)  # writes only to out
         return [convert_dataset(data.dataset(split), out / split, shard_size=shard_size,
                                 prefix=prefix, classes=data.classes) for split in SPLITS]
     dataset = image_folder(root)

@@ -140,7 +140,8 @@ def test_a_trainer_s_cache_of_the_imagefolder_view_is_no_stray(tmp_path):
     ensure_data(root, TINY, verbose=False)
     cache = folder_data(root / "imagefolder").cache_root  # where the trainers keep its caches
     assert cache.parent == root / "cache"
-    (cache / "statistics_32.json").parent.mkdir(parents=True)
+    assert (cache / "known_images_train.json").is_file()  # folder_data's record of the images
+    (cache / "statistics_32.json").parent.mkdir(parents=True, exist_ok=True)
     (cache / "statistics_32.json").write_text("{}")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
