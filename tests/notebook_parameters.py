@@ -68,6 +68,9 @@ TEST_PARAMETERS: dict[str, dict[str, object]] = {
     "07_your_data": {"DATA_DIR": WrittenFolder("messy-photos", _messy_folder), "SIZE": 16, "SUBSET": 128, "LOADER_ROUNDS": 1, "LOADER_IMAGES": 256,
                      "DDP_EPOCHS": 1, "FSDP_EPOCHS": 2, "CHECKPOINT_EVERY": 2, "KILL_AT": 5},
     "06_3_compile_and_resumable_loaders": {"REPEATS": 3, "TRAIN_STEPS": 6},
+    # the student version run top to bottom (tests/unit/test_assignments.py's student_runs): the broken
+    # FSDP script's demo fails on its resume from 1 process to 2 as from 2 to 3, with 2 processes fewer
+    "ex06_fsdp_checkpoints": {"FIRST_RANKS": 1, "RESUMED_RANKS": 2},
 }
 
 

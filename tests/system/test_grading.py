@@ -36,8 +36,8 @@ EXPECTED: dict[str, int] = json.loads((FIXTURES / "expected.json").read_text())
 NAME = "ex01_pytorch_basics.ipynb"
 
 REPO = Path(__file__).resolve().parents[2]
-#: dave's endless loop costs this much, once. Other exercise cells take < 0.3 s on a quiet
-#: machine and up to 2.5 s on an overloaded one: a shorter limit would make the test flaky.
+#: dave's endless loop costs this much, once (it sleeps: wall time, not CPU). Other exercise cells take
+#: < 0.3 s on a quiet machine and up to 2.5 s on an overloaded one: a shorter limit would make the test flaky.
 CELL_TIMEOUT = 6
 #: The submissions are graded by two graders side by side (one per core): one sandboxed where
 #: bwrap works, one without a sandbox and with ``--trusted`` (where only the file guard stands

@@ -36,6 +36,7 @@ from course.publishing.translate import zh_dir
 from course.student.checks import HINTS, answered, checks, hint_texts, hints
 from course.student.messages import CHINESE
 from tests.helpers import solution_lines
+from tests.notebook_parameters import apply_parameters
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SOURCES = instructor_sources()
@@ -230,11 +231,12 @@ def student_runs(built):
     ex01 runs first in a fresh kernel, exactly as nbval would run it; each later notebook
     starts with ``%reset -f`` (an empty namespace) in the same kernel, so torch and
     ``common`` are imported once instead of five times. Errors are recorded, not raised,
-    so that each notebook is judged on its own cells.
+    so that each notebook is judged on its own cells. A notebook's parameters cell has its
+    test sizes, as nbval's runs of the chapters have (tests/notebook_parameters.py).
     """
     cells, spans = [], {}
     for path in sorted(built.glob("ex*.ipynb")):
-        nb = nbformat.read(path, as_version=4)
+        nb = apply_parameters(nbformat.read(path, as_version=4), path)
         cells.append(nbformat.v4.new_code_cell(f"%reset -f\nimport os\nos.chdir({str(built)!r})"))
         spans[path.name] = (len(cells), len(cells) + len(nb.cells))
         cells += nb.cells

@@ -314,12 +314,18 @@ def one_process(steps: int) -> dict[str, torch.Tensor]:
         optimizer.step()
     return model.state_dict()
 
+# %% tags=["parameters"]
+# The world sizes of the demo below: the first run's, then the resumed run's. `make test` runs it with
+# smaller ones (tests/notebook_parameters.py).
+FIRST_RANKS = 2
+RESUMED_RANKS = 3
+
 # %% tags=["demo"]
 shutil.rmtree(WORK / "broken", ignore_errors=True)  # a fresh start
-first = run_fsdp(WORK / "resume_fsdp.py", WORK / "broken", 2)
+first = run_fsdp(WORK / "resume_fsdp.py", WORK / "broken", FIRST_RANKS)
 print(first.stdout)
-again = run_fsdp(WORK / "resume_fsdp.py", WORK / "broken", 3, "--resume")
-print(f"resumed on 3 processes: exit code {again.returncode}")
+again = run_fsdp(WORK / "resume_fsdp.py", WORK / "broken", RESUMED_RANKS, "--resume")
+print(f"resumed on {RESUMED_RANKS} processes: exit code {again.returncode}")
 errors = re.findall(r"FileNotFoundError: .*|Cannot run .*? different meshes: got DeviceMesh\(\(\d+,\).*?\)\) and "
                     r"DeviceMesh\(\(\d+,\).*?\)\)", again.stderr)  # whichever ranks failed first
 print(*sorted(set(errors)), sep="\n")
