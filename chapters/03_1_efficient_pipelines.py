@@ -111,6 +111,9 @@ print(describe_device(device), "| CPU cores:", cores)
 # %% tags=["parameters"]
 # Sizes of this chapter's runs. `make test` runs the notebook with smaller ones (tests/notebook_parameters.py).
 EPOCH_REPEATS = 3  # timed epochs per loader (after a warm-up epoch) in the workers and prefetch comparisons
+KNOB_IMAGES = 96  # images per epoch in the num_workers x persistent_workers comparison
+BENCH_IMAGES = 96  # images of the small benchmark run (`make bench` runs the full one)
+BENCH_REPEATS = 2  # runs of each pipeline in that benchmark
 
 # %% [markdown]
 # ## §2.2 PyTorch中的数据加载与预处理 — the guide's pipeline on our data
@@ -227,7 +230,7 @@ print("data-bound here" if profiled_wait > 0.3 else "mostly compute here (a fast
 # `persistent_workers`, two epochs of 96 images each. Epoch 1 pays for starting the workers.
 
 # %%
-knob_subset = Subset(guide, subset[:96])
+knob_subset = Subset(guide, subset[:KNOB_IMAGES])
 rows = []
 for workers in progress(range(min(cores, 4) + 1), desc="num_workers"):
     for persistent in ([False] if workers == 0 else [False, True]):
@@ -636,7 +639,7 @@ ways.round(0)
 # small (96 images, 0 and 2 workers); `make bench` runs the full version.
 
 # %%
-config = BenchConfig(out=build / "bench", num_images=96, repeats=2, min_seconds=0.1,
+config = BenchConfig(out=build / "bench", num_images=BENCH_IMAGES, repeats=BENCH_REPEATS, min_seconds=0.1,
                      num_workers=(0, min(2, cores)), progress=False)
 table = run_benchmark(config)
 result = verdict(table)
