@@ -18,7 +18,9 @@ the tests skip with one line (``tests.system_parts.require``, a failure under CI
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,6 +29,7 @@ import pytest
 from common.ddp.cluster import Cluster, unavailable
 from common.ddp.launch import RESTART_SAFE_ENV, worker_entry
 from tests.speedups.agent import forked_workers
+from tests.system.forked_ranks import popen, server_pids
 from tests.system_parts import require
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,6 +80,35 @@ def start(cluster: Cluster, host: int, argv: Sequence[str], **extra_env: str) ->
     """``argv`` on a host, from the repository root, stdout and stderr together."""
     return cluster.popen(host, argv, cwd=REPO, env=environment(**extra_env),
                          stderr=subprocess.STDOUT)
+
+
+def start_forked(cluster: Cluster, host: int, argv: Sequence[str], **extra_env: str):
+    """``start``'s run of a ``python -m MODULE ARGS`` command, forked from a server on that host
+    (``tests.system.forked_ranks.popen``: it runs in the host's namespaces, started as ``start``
+    starts a process there, and imported torch and the agent's libraries once): a
+    ``ForkedProcess``, which answers as ``start``'s ``Popen`` does. For a cluster that serves
+    several launches (a module's), where the server's imports pay off from the second launch
+    on; the server stops with its host."""
+    return popen(argv, stderr=subprocess.STDOUT, cwd=str(REPO),
+                 env=cluster.environment(environment(**extra_env)), via=cluster.command(host, []))
+
+
+def power_off(cluster: Cluster, host: int) -> list[int]:
+    """SIGKILL every process on a host at once, as when the machine loses power, except the
+    servers ``start_forked`` forks from (test machinery, not part of any job: the agent it
+    forked and that agent's workers are killed); the pids killed. Waits until they are gone."""
+    keep, killed = server_pids(), []
+    deadline = time.monotonic() + 10
+    while (alive := [pid for pid in cluster.pids(host) if pid not in keep]) \
+            and time.monotonic() < deadline:
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        killed += [pid for pid in alive if pid not in killed]
+        time.sleep(0.05)
+    return killed
 
 
 def finish(processes: Sequence[subprocess.Popen], timeout: float = 240) -> list[str]:

@@ -329,22 +329,26 @@ class ForkedProcess:
 
 
 class RankServer:
-    """A ``--serve`` process started with ``env`` in ``cwd``; ``popen`` forks commands from it."""
+    """A ``--serve`` process started with ``env`` in ``cwd``, under the command prefix ``via``
+    (none: here; ``Cluster.command(host, [])``: on a host of a test cluster, in its network
+    namespace, so what it forks runs there too); ``popen`` forks commands from it."""
 
-    def __init__(self, env: dict[str, str], cwd: str) -> None:
-        self.env, self.cwd = env, cwd
+    def __init__(self, env: dict[str, str], cwd: str, via: Sequence[str] = ()) -> None:
+        self.env, self.cwd, self.via = env, cwd, list(via)
         self.log = tempfile.TemporaryFile()
-        self.process = subprocess.Popen([sys.executable, "-m", "tests.system.forked_ranks",
-                                         "--serve"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=self.log, env=env,
-                                        cwd=cwd, bufsize=0)
+        self.process = subprocess.Popen([*self.via, sys.executable, "-m",
+                                         "tests.system.forked_ranks", "--serve"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.log, env=env, cwd=cwd, bufsize=0)
 
-    def serves(self, env: dict[str, str], cwd: str) -> bool:
+    def serves(self, env: dict[str, str], cwd: str, via: Sequence[str] = ()) -> bool:
         """Whether a command forked from this server runs as one started in ``env`` and ``cwd``
-        would (the variables read at start-up are the server's: all but ``_VOLATILE``)."""
+        (under ``via``) would (the variables read at start-up are the server's: all but
+        ``_VOLATILE``)."""
         def steady(variables: dict[str, str]) -> dict[str, str]:
             return {k: v for k, v in variables.items() if k not in _VOLATILE}
-        return self.process.poll() is None and cwd == self.cwd and steady(env) == steady(self.env)
+        return self.process.poll() is None and cwd == self.cwd and list(via) == self.via \
+            and steady(env) == steady(self.env)
 
     def popen(self, command: list[str], *, env: dict[str, str], merged: bool,
               preload: Sequence[str]) -> ForkedProcess:
@@ -374,8 +378,9 @@ class RankServer:
         self.log.close()
 
 
-#: This process's servers, the one in use last: another starts when the environment or the
-#: folder changes (an earlier one ends with this process, with any command it still runs).
+#: This process's servers: another starts when the environment, the folder or the prefix
+#: (``via``: the host) changes (an earlier one ends with this process, with any command it still
+#: runs, or with its host).
 _servers: list[RankServer] = []
 
 
@@ -388,10 +393,12 @@ atexit.register(_close_servers)
 
 
 def popen(command: Sequence[str], *, stderr: int = subprocess.PIPE,
-          env: dict[str, str] | None = None) -> ForkedProcess:
-    """``subprocess.Popen(command, stdout=PIPE, stderr=stderr, text=True, env=env)`` for a
-    ``[sys.executable, "-m", MODULE, *ARGS]`` command (``stderr``: ``PIPE`` or ``STDOUT``;
-    ``env``: ``launch_env()`` by default), forked from this process's server:
+          env: dict[str, str] | None = None, cwd: str | None = None,
+          via: Sequence[str] = ()) -> ForkedProcess:
+    """``subprocess.Popen(command, stdout=PIPE, stderr=stderr, text=True, env=env, cwd=cwd)``
+    for a ``[sys.executable, "-m", MODULE, *ARGS]`` command (``stderr``: ``PIPE`` or ``STDOUT``;
+    ``env``: ``launch_env()`` by default; ``cwd``: this process's), forked from a server started
+    under the prefix ``via`` (``[*via, *command]`` is the command it stands for):
     ``MODULE.main(ARGS)`` runs in a process of its own, with ``MODULE`` (and a forked-ranks
     command's module) imported already."""
     command = [str(part) for part in command]
@@ -401,11 +408,17 @@ def popen(command: Sequence[str], *, stderr: int = subprocess.PIPE,
     if command[2] == "tests.system.forked_ranks" and len(command) > 3 \
             and not command[3].endswith(".py"):
         preloads.append(command[3])
-    env, cwd = launch_env() if env is None else env, os.getcwd()
-    if not (_servers and _servers[-1].serves(env, cwd)):
-        _servers.append(RankServer(env, cwd))
-    return _servers[-1].popen(command, env=env, merged=stderr == subprocess.STDOUT,
-                              preload=preloads)
+    env, cwd = launch_env() if env is None else env, os.getcwd() if cwd is None else str(cwd)
+    server = next((s for s in reversed(_servers) if s.serves(env, cwd, via)), None)
+    if server is None:
+        server = RankServer(env, cwd, via)
+        _servers.append(server)
+    return server.popen(command, env=env, merged=stderr == subprocess.STDOUT, preload=preloads)
+
+
+def server_pids() -> set[int]:
+    """The pids of this process's servers that still run."""
+    return {server.process.pid for server in _servers if server.process.poll() is None}
 
 
 def run_forked(command: Sequence[str], *, timeout: float = 120,
