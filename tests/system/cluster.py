@@ -41,13 +41,17 @@ def cluster_prefix() -> str:
     return f"ct{worker.removeprefix('gw') or 'm'}"
 
 
-def builder():
-    """The body of a ``make_cluster`` fixture: skips without root; removes what it built."""
+def builder(tag: str = ""):
+    """The body of a ``make_cluster`` fixture: skips without root; removes what it built. A
+    fixture of a wider scope gives its own ``tag`` (a letter), so that its clusters' prefixes
+    differ from those of a test's own fixture (building removes a killed run's namespaces of the
+    same prefix)."""
     require("root for network namespaces", unavailable())
     built: list[Cluster] = []
 
     def build(size: int = 2, **options) -> Cluster:
-        cluster = Cluster(size, prefix=cluster_prefix() + chr(ord("a") + len(built)), **options)
+        cluster = Cluster(size, prefix=cluster_prefix() + tag + chr(ord("a") + len(built)),
+                          **options)
         built.append(cluster)
         cluster.start()
         return cluster
@@ -82,15 +86,17 @@ def start(cluster: Cluster, host: int, argv: Sequence[str], **extra_env: str) ->
                          stderr=subprocess.STDOUT)
 
 
-def start_forked(cluster: Cluster, host: int, argv: Sequence[str], **extra_env: str):
+def start_forked(cluster: Cluster, host: int, argv: Sequence[str], *,
+                 libraries: Sequence[str] = (), **extra_env: str):
     """``start``'s run of a ``python -m MODULE ARGS`` command, forked from a server on that host
     (``tests.system.forked_ranks.popen``: it runs in the host's namespaces, started as ``start``
-    starts a process there, and imported torch and the agent's libraries once): a
-    ``ForkedProcess``, which answers as ``start``'s ``Popen`` does. For a cluster that serves
-    several launches (a module's), where the server's imports pay off from the second launch
-    on; the server stops with its host."""
+    starts a process there, and imported ``libraries`` once: by default torch and what
+    torchrun's forking agent preloads): a ``ForkedProcess``, which answers as ``start``'s
+    ``Popen`` does. For a cluster that serves several launches (a module's), where the server's
+    imports pay off from the second launch on; the server stops with its host."""
     return popen(argv, stderr=subprocess.STDOUT, cwd=str(REPO),
-                 env=cluster.environment(environment(**extra_env)), via=cluster.command(host, []))
+                 env=cluster.environment(environment(**extra_env)), via=cluster.command(host, []),
+                 libraries=libraries)
 
 
 def power_off(cluster: Cluster, host: int) -> list[int]:
@@ -131,7 +137,14 @@ def finish(processes: Sequence[subprocess.Popen], timeout: float = 240) -> list[
     return outputs
 
 
-def preflight(cluster: Cluster, host: int, *args: str, **extra_env: str) -> subprocess.Popen:
+def preflight(cluster: Cluster, host: int, *args: str, forked: bool = False,
+              **extra_env: str) -> subprocess.Popen:
+    """``python -m common.ddp.preflight ARGS`` on a host: ``forked``, from a server of the host
+    that imported torch's distributed package (what a preflight that meets the other nodes
+    imports), for a module's cluster that runs several."""
     import sys
 
-    return start(cluster, host, [sys.executable, "-m", "common.ddp.preflight", *args], **extra_env)
+    argv = [sys.executable, "-m", "common.ddp.preflight", *args]
+    if forked:
+        return start_forked(cluster, host, argv, libraries=("torch.distributed",), **extra_env)
+    return start(cluster, host, argv, **extra_env)

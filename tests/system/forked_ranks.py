@@ -220,12 +220,17 @@ def _reap_jobs(jobs: dict[int, str]) -> None:
         _write_status(jobs.pop(pid), status)
 
 
-def serve(requests: BinaryIO, replies: BinaryIO) -> int:
-    """Answer JSON-line requests (``module``, ``args``, ``env``, ``stdout``, ``stderr``,
-    ``status``, ``preload``) until ``requests`` ends: fork a job for each (``_job``) and reply its
-    pid; when it ends, write its exit status to the file ``status``. At the end, kill the jobs
-    still running."""
-    preload_libraries()
+def serve(requests: BinaryIO, replies: BinaryIO, libraries: Sequence[str] = ()) -> int:
+    """Import ``libraries`` (none given: what torchrun's forking agent preloads), then answer
+    JSON-line requests (``module``, ``args``, ``env``, ``stdout``, ``stderr``, ``status``,
+    ``preload``) until ``requests`` ends: fork a job for each (``_job``) and reply its pid; when
+    it ends, write its exit status to the file ``status``. At the end, kill the jobs still
+    running."""
+    if libraries:
+        for name in libraries:
+            importlib.import_module(name)
+    else:
+        preload_libraries()
     jobs: dict[int, str] = {}
     while True:
         readable = select.select([requests], [], [], 0.05 if jobs else None)[0]
@@ -257,12 +262,12 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> int:
     return 0
 
 
-def _serve_main() -> int:
+def _serve_main(libraries: Sequence[str] = ()) -> int:
     # Requests and replies unbuffered (a line read is only that line, so select() sees the
     # next); replies go out on a copy of stdout, and stdout itself where stderr goes (a log).
     replies = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
-    return serve(os.fdopen(0, "rb", buffering=0), replies)
+    return serve(os.fdopen(0, "rb", buffering=0), replies, libraries)
 
 
 #: Variables that may change between commands without another server, as each command gets
@@ -331,24 +336,27 @@ class ForkedProcess:
 class RankServer:
     """A ``--serve`` process started with ``env`` in ``cwd``, under the command prefix ``via``
     (none: here; ``Cluster.command(host, [])``: on a host of a test cluster, in its network
-    namespace, so what it forks runs there too); ``popen`` forks commands from it."""
+    namespace, so what it forks runs there too), which imported ``libraries`` (none given: what
+    torchrun's forking agent preloads); ``popen`` forks commands from it."""
 
-    def __init__(self, env: dict[str, str], cwd: str, via: Sequence[str] = ()) -> None:
-        self.env, self.cwd, self.via = env, cwd, list(via)
+    def __init__(self, env: dict[str, str], cwd: str, via: Sequence[str] = (),
+                 libraries: Sequence[str] = ()) -> None:
+        self.env, self.cwd, self.via, self.libraries = env, cwd, list(via), list(libraries)
         self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen([*self.via, sys.executable, "-m",
-                                         "tests.system.forked_ranks", "--serve"],
+                                         "tests.system.forked_ranks", "--serve", *self.libraries],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.log, env=env, cwd=cwd, bufsize=0)
 
-    def serves(self, env: dict[str, str], cwd: str, via: Sequence[str] = ()) -> bool:
+    def serves(self, env: dict[str, str], cwd: str, via: Sequence[str] = (),
+               libraries: Sequence[str] = ()) -> bool:
         """Whether a command forked from this server runs as one started in ``env`` and ``cwd``
         (under ``via``) would (the variables read at start-up are the server's: all but
-        ``_VOLATILE``)."""
+        ``_VOLATILE``), with ``libraries`` imported."""
         def steady(variables: dict[str, str]) -> dict[str, str]:
             return {k: v for k, v in variables.items() if k not in _VOLATILE}
         return self.process.poll() is None and cwd == self.cwd and list(via) == self.via \
-            and steady(env) == steady(self.env)
+            and list(libraries) == self.libraries and steady(env) == steady(self.env)
 
     def popen(self, command: list[str], *, env: dict[str, str], merged: bool,
               preload: Sequence[str]) -> ForkedProcess:
@@ -394,13 +402,14 @@ atexit.register(_close_servers)
 
 def popen(command: Sequence[str], *, stderr: int = subprocess.PIPE,
           env: dict[str, str] | None = None, cwd: str | None = None,
-          via: Sequence[str] = ()) -> ForkedProcess:
+          via: Sequence[str] = (), libraries: Sequence[str] = ()) -> ForkedProcess:
     """``subprocess.Popen(command, stdout=PIPE, stderr=stderr, text=True, env=env, cwd=cwd)``
     for a ``[sys.executable, "-m", MODULE, *ARGS]`` command (``stderr``: ``PIPE`` or ``STDOUT``;
     ``env``: ``launch_env()`` by default; ``cwd``: this process's), forked from a server started
-    under the prefix ``via`` (``[*via, *command]`` is the command it stands for):
-    ``MODULE.main(ARGS)`` runs in a process of its own, with ``MODULE`` (and a forked-ranks
-    command's module) imported already."""
+    under the prefix ``via`` (``[*via, *command]`` is the command it stands for) that imported
+    ``libraries`` (none given: what torchrun's forking agent preloads): ``MODULE.main(ARGS)``
+    runs in a process of its own, with ``MODULE`` (and a forked-ranks command's module)
+    imported already."""
     command = [str(part) for part in command]
     if command[:2] != [sys.executable, "-m"] or len(command) < 3:
         raise ValueError(f"not a `{sys.executable} -m MODULE ...` command: {command}")
@@ -409,9 +418,9 @@ def popen(command: Sequence[str], *, stderr: int = subprocess.PIPE,
             and not command[3].endswith(".py"):
         preloads.append(command[3])
     env, cwd = launch_env() if env is None else env, os.getcwd() if cwd is None else str(cwd)
-    server = next((s for s in reversed(_servers) if s.serves(env, cwd, via)), None)
+    server = next((s for s in reversed(_servers) if s.serves(env, cwd, via, libraries)), None)
     if server is None:
-        server = RankServer(env, cwd, via)
+        server = RankServer(env, cwd, via, libraries)
         _servers.append(server)
     return server.popen(command, env=env, merged=stderr == subprocess.STDOUT, preload=preloads)
 
@@ -445,11 +454,12 @@ def run_forked(command: Sequence[str], *, timeout: float = 120,
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--serve"]:
-        return _serve_main()
+    if argv[:1] == ["--serve"]:
+        return _serve_main(argv[1:])
     if len(argv) < 2 or not argv[1].isdigit() or int(argv[1]) < 1:
         print("usage: python -m tests.system.forked_ranks MODULE NPROC [ARGS...] (NPROC >= 1)\n"
-              "       python -m tests.system.forked_ranks --serve (see popen)", file=sys.stderr)
+              "       python -m tests.system.forked_ranks --serve [LIBRARY...] (see popen)",
+              file=sys.stderr)
         return 2
     return run(argv[0], int(argv[1]), argv[2:])
 

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def shared_cluster():
-    for build in builder():
+    for build in builder("m"):
         yield build(2)
 
 
