@@ -29,11 +29,13 @@ import pytest
 from common.ddp.cluster import Cluster, unavailable
 from common.ddp.launch import RESTART_SAFE_ENV, worker_entry
 from tests.speedups.agent import forked_workers
-from tests.system.forked_ranks import popen, server_pids
+from tests.system.forked_ranks import popen, server, server_pids
 from tests.system_parts import require
 
 REPO = Path(__file__).resolve().parents[2]
 PORT = 29500  # each host has its own ports: any fixed one is free there
+#: What a forked preflight's server imports: torch's distributed package, for the store it meets at.
+PREFLIGHT_LIBRARIES = ("torch.distributed",)
 
 
 def cluster_prefix() -> str:
@@ -99,6 +101,13 @@ def start_forked(cluster: Cluster, host: int, argv: Sequence[str], *,
                  libraries=libraries)
 
 
+def start_servers(cluster: Cluster, *, libraries: Sequence[str] = ()) -> None:
+    """Start the server of every host that ``start_forked`` (without extra variables) forks from,
+    side by side: the hosts import at once, and a test's first launches start together."""
+    for host in range(len(cluster.hosts)):
+        server(cluster.environment(environment()), str(REPO), cluster.command(host, []), libraries)
+
+
 def power_off(cluster: Cluster, host: int) -> list[int]:
     """SIGKILL every process on a host at once, as when the machine loses power, except the
     servers ``start_forked`` forks from (test machinery, not part of any job: the agent it
@@ -146,5 +155,5 @@ def preflight(cluster: Cluster, host: int, *args: str, forked: bool = False,
 
     argv = [sys.executable, "-m", "common.ddp.preflight", *args]
     if forked:
-        return start_forked(cluster, host, argv, libraries=("torch.distributed",), **extra_env)
+        return start_forked(cluster, host, argv, libraries=PREFLIGHT_LIBRARIES, **extra_env)
     return start(cluster, host, argv, **extra_env)

@@ -417,12 +417,23 @@ def popen(command: Sequence[str], *, stderr: int = subprocess.PIPE,
     if command[2] == "tests.system.forked_ranks" and len(command) > 3 \
             and not command[3].endswith(".py"):
         preloads.append(command[3])
-    env, cwd = launch_env() if env is None else env, os.getcwd() if cwd is None else str(cwd)
-    server = next((s for s in reversed(_servers) if s.serves(env, cwd, via, libraries)), None)
-    if server is None:
-        server = RankServer(env, cwd, via, libraries)
-        _servers.append(server)
-    return server.popen(command, env=env, merged=stderr == subprocess.STDOUT, preload=preloads)
+    env = launch_env() if env is None else env
+    return server(env, cwd, via, libraries).popen(command, env=env,
+                                                  merged=stderr == subprocess.STDOUT,
+                                                  preload=preloads)
+
+
+def server(env: dict[str, str], cwd: str | None = None, via: Sequence[str] = (),
+           libraries: Sequence[str] = ()) -> RankServer:
+    """This process's server for commands started in ``env`` and ``cwd`` (default: this
+    process's) under ``via``, with ``libraries`` imported: the one running, else a new one, whose
+    imports go on while this process does other things (the first ``popen`` waits for them)."""
+    cwd = os.getcwd() if cwd is None else str(cwd)
+    found = next((s for s in reversed(_servers) if s.serves(env, cwd, via, libraries)), None)
+    if found is None:
+        found = RankServer(env, cwd, via, libraries)
+        _servers.append(found)
+    return found
 
 
 def server_pids() -> set[int]:

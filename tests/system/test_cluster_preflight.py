@@ -14,7 +14,16 @@ import sys
 
 import pytest
 
-from tests.system.cluster import PORT, builder, finish, power_off, preflight, start
+from tests.system.cluster import (
+    PORT,
+    PREFLIGHT_LIBRARIES,
+    builder,
+    finish,
+    power_off,
+    preflight,
+    start,
+    start_servers,
+)
 
 ENDPOINT = f"node0:{PORT}"
 SILENT = ("import socket, time\n"
@@ -35,7 +44,9 @@ def make_cluster():
 @pytest.fixture(scope="module")
 def shared_cluster():
     for build in builder("m"):
-        yield build(2)
+        cluster = build(2)
+        start_servers(cluster, libraries=PREFLIGHT_LIBRARIES)
+        yield cluster
 
 
 @pytest.fixture

@@ -24,7 +24,15 @@ from common.fsdp.elastic import elastic_command
 from common.fsdp.train import main as fsdp_main
 from common.synthetic import SyntheticConfig, ensure_data
 from tests.speedups.agent import forked_workers
-from tests.system.cluster import PORT, builder, finish, power_off, start_forked, torchrun_argv
+from tests.system.cluster import (
+    PORT,
+    builder,
+    finish,
+    power_off,
+    start_forked,
+    start_servers,
+    torchrun_argv,
+)
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own distributed tests
 #: The rendezvous after a host is lost waits until the lost agent's heartbeat is stale: torch's
@@ -36,7 +44,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def shared_cluster():
     for build in builder("m"):
-        yield build(2)
+        cluster = build(2)
+        start_servers(cluster)
+        yield cluster
 
 
 @pytest.fixture
