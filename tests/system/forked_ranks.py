@@ -19,6 +19,9 @@ which imported torch and what torchrun's forking agent preloads (``tests.speedup
 forks a process from itself that runs ``MODULE.main(ARGS)``, as the command would, in the
 environment of ``launch_env``. A launch then costs its own work, not an interpreter's imports
 (about 4 CPU seconds each). The server runs nothing itself, so no launch sees another's state.
+A server may also be started under a command prefix (``via``: ``Cluster.command(host, [])``, on a
+host of a test cluster, whose namespaces what it forks shares) and with other libraries imported
+(``libraries``): one server per environment, folder, prefix and libraries.
 One role, how the system tests start their training processes, hence one (long) file: the
 server forks the commands this module's command line runs.
 """
