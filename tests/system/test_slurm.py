@@ -126,16 +126,13 @@ class Cluster:
         fields = self.command("scontrol", "show", "job", "-o", job_id).split()
         return dict(field.split("=", 1) for field in fields if "=" in field)
 
-    def wait_for(self, condition, what: str, timeout: float, interval: float = 0.3) -> None:
-        """Poll ``condition`` every ``interval`` seconds: each Slurm client command it runs costs
-        a few processes (``ip netns exec``, the command, munge's credential), so a wait that
-        may be slow polls once a second."""
+    def wait_for(self, condition, what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
             dead = [name for name, process in self.daemons.items() if process.poll() is not None]
             if dead or time.monotonic() > deadline:
                 pytest.fail(f"waited {timeout} s for {what}; exited: {dead or 'none'}{self.logs()}")
-            time.sleep(interval)
+            time.sleep(0.3)
 
     def logs(self) -> str:
         tails = [f"\n--- {path.name}:\n" + "\n".join(path.read_text().splitlines()[-15:])
@@ -221,8 +218,7 @@ def requeue(slurm: Cluster, job_id: str) -> None:
     slurm.command("scontrol", "requeue", job_id)
     # A requeued job may start again after cred_expire (BeginTime); let it start at once (if it
     # has not started already: then the update is refused, which does not matter).
-    slurm.wait_for(lambda: slurm.job(job_id)["JobState"] != "COMPLETING", "the job to stop", 60,
-                   interval=1)
+    slurm.wait_for(lambda: slurm.job(job_id)["JobState"] != "COMPLETING", "the job to stop", 60)
     slurm.command("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
 
 
@@ -231,14 +227,13 @@ def test_sbatch_script_trains_snapshots_and_resumes_after_requeue(slurm, tiny_da
     run_dir, total = tmp_path / "run", STEPS_PER_EPOCH * EPOCHS
     log, out = run_dir / "log.jsonl", run_dir / "slurm.out"
     job_id = submit(slurm, tiny_data.root.parent, run_dir)
-    # Polled often: the requeue must come while the job still has steps to go.
     slurm.wait_for(lambda: records(log, "snapshot") or slurm.job(job_id)["JobState"] in ENDED,
                    "the first snapshot", 90)
     assert records(log, "snapshot"), f"job {job_id} ended without a snapshot:\n{text(out)}" \
         f"{slurm.logs()}"
     requeue(slurm, job_id)
-    slurm.wait_for(lambda: (job := slurm.job(job_id))["JobState"] in ENDED
-                   and job["Restarts"] == "1", "the requeued job to finish", 120, interval=1)
+    slurm.wait_for(lambda: slurm.job(job_id)["JobState"] in ENDED
+                   and slurm.job(job_id)["Restarts"] == "1", "the requeued job to finish", 120)
     output = text(out) + slurm.logs()
     assert slurm.job(job_id)["JobState"] == "COMPLETED", output
     assert f"job {job_id} attempt 0: 2 node(s) x 1 rank(s), rendezvous node0:29500" in output
