@@ -18,7 +18,9 @@ the tests skip with one line (``tests.system_parts.require``, a failure under CI
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,10 +29,13 @@ import pytest
 from common.ddp.cluster import Cluster, unavailable
 from common.ddp.launch import RESTART_SAFE_ENV, worker_entry
 from tests.speedups.agent import forked_workers
+from tests.system.forked_ranks import popen, server, server_pids
 from tests.system_parts import require
 
 REPO = Path(__file__).resolve().parents[2]
 PORT = 29500  # each host has its own ports: any fixed one is free there
+#: What a forked preflight's server imports: torch's distributed package, for the store it meets at.
+PREFLIGHT_LIBRARIES = ("torch.distributed",)
 
 
 def cluster_prefix() -> str:
@@ -38,13 +43,17 @@ def cluster_prefix() -> str:
     return f"ct{worker.removeprefix('gw') or 'm'}"
 
 
-def builder():
-    """The body of a ``make_cluster`` fixture: skips without root; removes what it built."""
+def builder(tag: str = ""):
+    """The body of a ``make_cluster`` fixture: skips without root; removes what it built. A
+    fixture of a wider scope gives its own ``tag`` (a letter), so that its clusters' prefixes
+    differ from those of a test's own fixture (building removes a killed run's namespaces of the
+    same prefix)."""
     require("root for network namespaces", unavailable())
     built: list[Cluster] = []
 
     def build(size: int = 2, **options) -> Cluster:
-        cluster = Cluster(size, prefix=cluster_prefix() + chr(ord("a") + len(built)), **options)
+        cluster = Cluster(size, prefix=cluster_prefix() + tag + chr(ord("a") + len(built)),
+                          **options)
         built.append(cluster)
         cluster.start()
         return cluster
@@ -79,6 +88,44 @@ def start(cluster: Cluster, host: int, argv: Sequence[str], **extra_env: str) ->
                          stderr=subprocess.STDOUT)
 
 
+def start_forked(cluster: Cluster, host: int, argv: Sequence[str], *,
+                 libraries: Sequence[str] = (), **extra_env: str):
+    """``start``'s run of a ``python -m MODULE ARGS`` command, forked from a server on that host
+    (``tests.system.forked_ranks.popen``: it runs in the host's namespaces, started as ``start``
+    starts a process there, and imported ``libraries`` once: by default torch and what
+    torchrun's forking agent preloads): a ``ForkedProcess``, which answers as ``start``'s
+    ``Popen`` does. For a cluster that serves several launches (a module's), where the server's
+    imports pay off from the second launch on; the server stops with its host."""
+    return popen(argv, stderr=subprocess.STDOUT, cwd=str(REPO),
+                 env=cluster.environment(environment(**extra_env)), via=cluster.command(host, []),
+                 libraries=libraries)
+
+
+def start_servers(cluster: Cluster, *, libraries: Sequence[str] = ()) -> None:
+    """Start the server of every host that ``start_forked`` (without extra variables) forks from,
+    side by side: the hosts import at once, and a test's first launches start together."""
+    for host in range(len(cluster.hosts)):
+        server(cluster.environment(environment()), str(REPO), cluster.command(host, []), libraries)
+
+
+def power_off(cluster: Cluster, host: int) -> list[int]:
+    """SIGKILL every process on a host at once, as when the machine loses power, except the
+    servers ``start_forked`` forks from (test machinery, not part of any job: the agent it
+    forked and that agent's workers are killed); the pids killed. Waits until they are gone."""
+    keep, killed = server_pids(), []
+    deadline = time.monotonic() + 10
+    while (alive := [pid for pid in cluster.pids(host) if pid not in keep]) \
+            and time.monotonic() < deadline:
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        killed += [pid for pid in alive if pid not in killed]
+        time.sleep(0.05)
+    return killed
+
+
 def finish(processes: Sequence[subprocess.Popen], timeout: float = 240) -> list[str]:
     """Wait for every process; their outputs. A process still running at ``timeout`` is killed
     and the test fails with the outputs so far."""
@@ -99,7 +146,14 @@ def finish(processes: Sequence[subprocess.Popen], timeout: float = 240) -> list[
     return outputs
 
 
-def preflight(cluster: Cluster, host: int, *args: str, **extra_env: str) -> subprocess.Popen:
+def preflight(cluster: Cluster, host: int, *args: str, forked: bool = False,
+              **extra_env: str) -> subprocess.Popen:
+    """``python -m common.ddp.preflight ARGS`` on a host: ``forked``, from a server of the host
+    that imported torch's distributed package (what a preflight that meets the other nodes
+    imports), for a module's cluster that runs several."""
     import sys
 
-    return start(cluster, host, [sys.executable, "-m", "common.ddp.preflight", *args], **extra_env)
+    argv = [sys.executable, "-m", "common.ddp.preflight", *args]
+    if forked:
+        return start_forked(cluster, host, argv, libraries=PREFLIGHT_LIBRARIES, **extra_env)
+    return start(cluster, host, argv, **extra_env)

@@ -19,6 +19,9 @@ which imported torch and what torchrun's forking agent preloads (``tests.speedup
 forks a process from itself that runs ``MODULE.main(ARGS)``, as the command would, in the
 environment of ``launch_env``. A launch then costs its own work, not an interpreter's imports
 (about 4 CPU seconds each). The server runs nothing itself, so no launch sees another's state.
+A server may also be started under a command prefix (``via``: ``Cluster.command(host, [])``, on a
+host of a test cluster, whose namespaces what it forks shares) and with other libraries imported
+(``libraries``): one server per environment, folder, prefix and libraries.
 One role, how the system tests start their training processes, hence one (long) file: the
 server forks the commands this module's command line runs.
 """
@@ -220,12 +223,17 @@ def _reap_jobs(jobs: dict[int, str]) -> None:
         _write_status(jobs.pop(pid), status)
 
 
-def serve(requests: BinaryIO, replies: BinaryIO) -> int:
-    """Answer JSON-line requests (``module``, ``args``, ``env``, ``stdout``, ``stderr``,
-    ``status``, ``preload``) until ``requests`` ends: fork a job for each (``_job``) and reply its
-    pid; when it ends, write its exit status to the file ``status``. At the end, kill the jobs
-    still running."""
-    preload_libraries()
+def serve(requests: BinaryIO, replies: BinaryIO, libraries: Sequence[str] = ()) -> int:
+    """Import ``libraries`` (none given: what torchrun's forking agent preloads), then answer
+    JSON-line requests (``module``, ``args``, ``env``, ``stdout``, ``stderr``, ``status``,
+    ``preload``) until ``requests`` ends: fork a job for each (``_job``) and reply its pid; when
+    it ends, write its exit status to the file ``status``. At the end, kill the jobs still
+    running."""
+    if libraries:
+        for name in libraries:
+            importlib.import_module(name)
+    else:
+        preload_libraries()
     jobs: dict[int, str] = {}
     while True:
         readable = select.select([requests], [], [], 0.05 if jobs else None)[0]
@@ -257,12 +265,12 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> int:
     return 0
 
 
-def _serve_main() -> int:
+def _serve_main(libraries: Sequence[str] = ()) -> int:
     # Requests and replies unbuffered (a line read is only that line, so select() sees the
     # next); replies go out on a copy of stdout, and stdout itself where stderr goes (a log).
     replies = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
-    return serve(os.fdopen(0, "rb", buffering=0), replies)
+    return serve(os.fdopen(0, "rb", buffering=0), replies, libraries)
 
 
 #: Variables that may change between commands without another server, as each command gets
@@ -329,22 +337,29 @@ class ForkedProcess:
 
 
 class RankServer:
-    """A ``--serve`` process started with ``env`` in ``cwd``; ``popen`` forks commands from it."""
+    """A ``--serve`` process started with ``env`` in ``cwd``, under the command prefix ``via``
+    (none: here; ``Cluster.command(host, [])``: on a host of a test cluster, in its network
+    namespace, so what it forks runs there too), which imported ``libraries`` (none given: what
+    torchrun's forking agent preloads); ``popen`` forks commands from it."""
 
-    def __init__(self, env: dict[str, str], cwd: str) -> None:
-        self.env, self.cwd = env, cwd
+    def __init__(self, env: dict[str, str], cwd: str, via: Sequence[str] = (),
+                 libraries: Sequence[str] = ()) -> None:
+        self.env, self.cwd, self.via, self.libraries = env, cwd, list(via), list(libraries)
         self.log = tempfile.TemporaryFile()
-        self.process = subprocess.Popen([sys.executable, "-m", "tests.system.forked_ranks",
-                                         "--serve"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=self.log, env=env,
-                                        cwd=cwd, bufsize=0)
+        self.process = subprocess.Popen([*self.via, sys.executable, "-m",
+                                         "tests.system.forked_ranks", "--serve", *self.libraries],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.log, env=env, cwd=cwd, bufsize=0)
 
-    def serves(self, env: dict[str, str], cwd: str) -> bool:
+    def serves(self, env: dict[str, str], cwd: str, via: Sequence[str] = (),
+               libraries: Sequence[str] = ()) -> bool:
         """Whether a command forked from this server runs as one started in ``env`` and ``cwd``
-        would (the variables read at start-up are the server's: all but ``_VOLATILE``)."""
+        (under ``via``) would (the variables read at start-up are the server's: all but
+        ``_VOLATILE``), with ``libraries`` imported."""
         def steady(variables: dict[str, str]) -> dict[str, str]:
             return {k: v for k, v in variables.items() if k not in _VOLATILE}
-        return self.process.poll() is None and cwd == self.cwd and steady(env) == steady(self.env)
+        return self.process.poll() is None and cwd == self.cwd and list(via) == self.via \
+            and list(libraries) == self.libraries and steady(env) == steady(self.env)
 
     def popen(self, command: list[str], *, env: dict[str, str], merged: bool,
               preload: Sequence[str]) -> ForkedProcess:
@@ -374,8 +389,9 @@ class RankServer:
         self.log.close()
 
 
-#: This process's servers, the one in use last: another starts when the environment or the
-#: folder changes (an earlier one ends with this process, with any command it still runs).
+#: This process's servers: another starts when the environment, the folder or the prefix
+#: (``via``: the host) changes (an earlier one ends with this process, with any command it still
+#: runs, or with its host).
 _servers: list[RankServer] = []
 
 
@@ -388,12 +404,15 @@ atexit.register(_close_servers)
 
 
 def popen(command: Sequence[str], *, stderr: int = subprocess.PIPE,
-          env: dict[str, str] | None = None) -> ForkedProcess:
-    """``subprocess.Popen(command, stdout=PIPE, stderr=stderr, text=True, env=env)`` for a
-    ``[sys.executable, "-m", MODULE, *ARGS]`` command (``stderr``: ``PIPE`` or ``STDOUT``;
-    ``env``: ``launch_env()`` by default), forked from this process's server:
-    ``MODULE.main(ARGS)`` runs in a process of its own, with ``MODULE`` (and a forked-ranks
-    command's module) imported already."""
+          env: dict[str, str] | None = None, cwd: str | None = None,
+          via: Sequence[str] = (), libraries: Sequence[str] = ()) -> ForkedProcess:
+    """``subprocess.Popen(command, stdout=PIPE, stderr=stderr, text=True, env=env, cwd=cwd)``
+    for a ``[sys.executable, "-m", MODULE, *ARGS]`` command (``stderr``: ``PIPE`` or ``STDOUT``;
+    ``env``: ``launch_env()`` by default; ``cwd``: this process's), forked from a server started
+    under the prefix ``via`` (``[*via, *command]`` is the command it stands for) that imported
+    ``libraries`` (none given: what torchrun's forking agent preloads): ``MODULE.main(ARGS)``
+    runs in a process of its own, with ``MODULE`` (and a forked-ranks command's module)
+    imported already."""
     command = [str(part) for part in command]
     if command[:2] != [sys.executable, "-m"] or len(command) < 3:
         raise ValueError(f"not a `{sys.executable} -m MODULE ...` command: {command}")
@@ -401,11 +420,28 @@ def popen(command: Sequence[str], *, stderr: int = subprocess.PIPE,
     if command[2] == "tests.system.forked_ranks" and len(command) > 3 \
             and not command[3].endswith(".py"):
         preloads.append(command[3])
-    env, cwd = launch_env() if env is None else env, os.getcwd()
-    if not (_servers and _servers[-1].serves(env, cwd)):
-        _servers.append(RankServer(env, cwd))
-    return _servers[-1].popen(command, env=env, merged=stderr == subprocess.STDOUT,
-                              preload=preloads)
+    env = launch_env() if env is None else env
+    return server(env, cwd, via, libraries).popen(command, env=env,
+                                                  merged=stderr == subprocess.STDOUT,
+                                                  preload=preloads)
+
+
+def server(env: dict[str, str], cwd: str | None = None, via: Sequence[str] = (),
+           libraries: Sequence[str] = ()) -> RankServer:
+    """This process's server for commands started in ``env`` and ``cwd`` (default: this
+    process's) under ``via``, with ``libraries`` imported: the one running, else a new one, whose
+    imports go on while this process does other things (the first ``popen`` waits for them)."""
+    cwd = os.getcwd() if cwd is None else str(cwd)
+    found = next((s for s in reversed(_servers) if s.serves(env, cwd, via, libraries)), None)
+    if found is None:
+        found = RankServer(env, cwd, via, libraries)
+        _servers.append(found)
+    return found
+
+
+def server_pids() -> set[int]:
+    """The pids of this process's servers that still run."""
+    return {server.process.pid for server in _servers if server.process.poll() is None}
 
 
 def run_forked(command: Sequence[str], *, timeout: float = 120,
@@ -432,11 +468,12 @@ def run_forked(command: Sequence[str], *, timeout: float = 120,
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--serve"]:
-        return _serve_main()
+    if argv[:1] == ["--serve"]:
+        return _serve_main(argv[1:])
     if len(argv) < 2 or not argv[1].isdigit() or int(argv[1]) < 1:
         print("usage: python -m tests.system.forked_ranks MODULE NPROC [ARGS...] (NPROC >= 1)\n"
-              "       python -m tests.system.forked_ranks --serve (see popen)", file=sys.stderr)
+              "       python -m tests.system.forked_ranks --serve [LIBRARY...] (see popen)",
+              file=sys.stderr)
         return 2
     return run(argv[0], int(argv[1]), argv[2:])
 

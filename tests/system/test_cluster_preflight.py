@@ -1,7 +1,12 @@
 """common.ddp.preflight on two hosts (network namespaces): it passes on a healthy cluster and names
 each classic multi-node failure: the endpoint ``localhost`` on the second node, a second interface
 that does not route, a port a firewall drops (nft), a hostname that resolves to 127.0.1.1,
-``--nnodes`` that differ between nodes, and a port held by a silent listener."""
+``--nnodes`` that differ between nodes, and a port held by a silent listener.
+
+The checks that meet at a store (and import torch for it) share one cluster, each on a port of its
+own, their preflights forked from a server per host that imported torch once
+(``tests.system.cluster.preflight(..., forked=True)``); a check that changes a host's network or
+files has a cluster of its own."""
 
 from __future__ import annotations
 
@@ -9,7 +14,16 @@ import sys
 
 import pytest
 
-from tests.system.cluster import PORT, builder, finish, preflight, start
+from tests.system.cluster import (
+    PORT,
+    PREFLIGHT_LIBRARIES,
+    builder,
+    finish,
+    power_off,
+    preflight,
+    start,
+    start_servers,
+)
 
 ENDPOINT = f"node0:{PORT}"
 SILENT = ("import socket, time\n"
@@ -27,6 +41,22 @@ def make_cluster():
     yield from builder()
 
 
+@pytest.fixture(scope="module")
+def shared_cluster():
+    for build in builder("m"):
+        cluster = build(2)
+        start_servers(cluster, libraries=PREFLIGHT_LIBRARIES)
+        yield cluster
+
+
+@pytest.fixture
+def cluster(shared_cluster):
+    """The module's two hosts, as built; what a test leaves running on them is killed after it."""
+    yield shared_cluster
+    for host in (0, 1):
+        power_off(shared_cluster, host)
+
+
 def _lines(output: str, status: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith(f"[{status}]")]
 
@@ -39,10 +69,9 @@ def _check(output: str, name: str) -> str:
     return found[0]
 
 
-def test_a_healthy_cluster_passes_and_names_the_interface(make_cluster):
-    cluster = make_cluster(2)
-    server = preflight(cluster, 0, "--endpoint", ENDPOINT, "--nnodes", "2", "--serve")
-    client = preflight(cluster, 1, "--endpoint", ENDPOINT, "--nnodes", "2")
+def test_a_healthy_cluster_passes_and_names_the_interface(cluster):
+    server = preflight(cluster, 0, "--endpoint", ENDPOINT, "--nnodes", "2", "--serve", forked=True)
+    client = preflight(cluster, 1, "--endpoint", ENDPOINT, "--nnodes", "2", forked=True)
     outputs = finish([server, client], timeout=120)
     for process, output in zip((server, client), outputs, strict=True):
         assert process.returncode == 0, output
@@ -81,16 +110,21 @@ def test_the_hostname_on_a_second_interface_that_does_not_route(make_cluster):
            "through eth0" in done, done
 
 
-def test_a_port_dropped_by_a_firewall_on_the_first_node(make_cluster):
-    cluster = make_cluster(2)
-    cluster.block_port(0, PORT)  # nft: tcp dport 29500 drop, in node0's namespace only
-    server = preflight(cluster, 0, "--endpoint", ENDPOINT, "--nnodes", "2", "--serve",
-                       "--timeout", "4")
-    client = preflight(cluster, 1, "--endpoint", ENDPOINT, "--nnodes", "2", "--timeout", "4")
-    out_server, out_client = finish([server, client], timeout=120)
+def test_a_port_dropped_by_a_firewall_on_the_first_node(cluster):
+    port = PORT + 1
+    endpoint = f"node0:{port}"
+    cluster.block_port(0, port)  # nft: tcp dport 29501 drop, in node0's namespace only
+    try:
+        server = preflight(cluster, 0, "--endpoint", endpoint, "--nnodes", "2", "--serve",
+                           "--timeout", "4", forked=True)
+        client = preflight(cluster, 1, "--endpoint", endpoint, "--nnodes", "2", "--timeout", "4",
+                           forked=True)
+        out_server, out_client = finish([server, client], timeout=120)
+    finally:
+        cluster.unblock(0)
     assert client.returncode == 1
-    assert _check(out_client, "port").startswith(f"[FAIL] port {ENDPOINT} did not answer within 4 s")
-    assert "dropped, as a firewall does" in out_client and f"open TCP port {PORT}" in out_client
+    assert _check(out_client, "port").startswith(f"[FAIL] port {endpoint} did not answer within 4 s")
+    assert "dropped, as a firewall does" in out_client and f"open TCP port {port}" in out_client
     # node0 itself saw the port free and waited in vain: one node of two
     assert _check(out_server, "nodes").startswith("[FAIL] nodes 1 of 2 nodes met within 4 s")
 
@@ -102,12 +136,13 @@ def test_a_hostname_that_resolves_to_127_0_1_1(make_cluster):
         "[FAIL] hostname node1 resolves to 127.0.1.1, a loopback address (the 127.0.1.1 trap")
 
 
-def test_nodes_that_disagree_on_nnodes(make_cluster):
-    cluster = make_cluster(2)
+def test_nodes_that_disagree_on_nnodes(cluster):
+    endpoint = f"node0:{PORT + 2}"
     # 10 s, not 5: under a 4-worker test run the client once started more than 5 s after the server
-    server = preflight(cluster, 0, "--endpoint", ENDPOINT, "--nnodes", "2", "--serve",
-                       "--timeout", "10")
-    client = preflight(cluster, 1, "--endpoint", ENDPOINT, "--nnodes", "3", "--timeout", "10")
+    server = preflight(cluster, 0, "--endpoint", endpoint, "--nnodes", "2", "--serve",
+                       "--timeout", "10", forked=True)
+    client = preflight(cluster, 1, "--endpoint", endpoint, "--nnodes", "3", "--timeout", "10",
+                       forked=True)
     for process, output in zip((server, client), finish([server, client], timeout=120),
                                strict=True):
         assert process.returncode == 1, output

@@ -3,7 +3,12 @@ each (its workers forked: tests/speedups/agent.py): DDP and FSDP equal one proce
 mid-run, under ``--max-restarts`` (the host comes back) and under elastic ``--nnodes=1:2`` (the
 other host goes on alone), ends at the weights of the uninterrupted run from its checkpoint. The
 hosts share this machine's file system, as nodes share NFS: data, checkpoints and the log are in
-the test's temporary folder."""
+the test's temporary folder.
+
+The module's tests share one cluster, each on a rendezvous port of its own, and every agent is
+forked from a server on its host (``tests.system.cluster.start_forked``) that imported torch and
+the workers' libraries once: a host that "loses power" loses the job's agent and workers
+(``power_off``), not that server, and whatever a test leaves on the hosts is killed after it."""
 
 from __future__ import annotations
 
@@ -19,7 +24,15 @@ from common.fsdp.elastic import elastic_command
 from common.fsdp.train import main as fsdp_main
 from common.synthetic import SyntheticConfig, ensure_data
 from tests.speedups.agent import forked_workers
-from tests.system.cluster import PORT, builder, finish, start, torchrun_argv
+from tests.system.cluster import (
+    PORT,
+    builder,
+    finish,
+    power_off,
+    start_forked,
+    start_servers,
+    torchrun_argv,
+)
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32 tolerances of PyTorch's own distributed tests
 #: The rendezvous after a host is lost waits until the lost agent's heartbeat is stale: torch's
@@ -28,9 +41,20 @@ QUICK_HEARTBEAT = "join_timeout=60,keep_alive_interval=1,keep_alive_max_attempt=
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def shared_cluster():
+    for build in builder("m"):
+        cluster = build(2)
+        start_servers(cluster)
+        yield cluster
+
+
 @pytest.fixture
-def make_cluster():
-    yield from builder()
+def cluster(shared_cluster):
+    """The module's two hosts; the processes a test leaves on them are killed after it."""
+    yield shared_cluster
+    for host in (0, 1):
+        power_off(shared_cluster, host)
 
 
 @pytest.fixture(scope="module")
@@ -95,11 +119,10 @@ def fsdp_one(data, tmp_path_factory):
     return out
 
 
-def test_ddp_on_two_hosts_equals_one_process(make_cluster, data, ddp_one, tmp_path):
-    cluster = make_cluster(2)
+def test_ddp_on_two_hosts_equals_one_process(cluster, data, ddp_one, tmp_path):
     argv = torchrun_argv("common.ddp.train", _ddp_args(data, tmp_path, "--count-allreduces"),
-                         nproc=1)
-    agents = [start(cluster, host, argv) for host in (0, 1)]
+                         nproc=1, endpoint=f"node0:{PORT}")
+    agents = [start_forked(cluster, host, argv) for host in (0, 1)]
     for agent, output in zip(agents, finish(agents), strict=True):
         assert agent.returncode == 0, output[-3000:]
     done = _records(tmp_path, "done")[0]
@@ -107,12 +130,10 @@ def test_ddp_on_two_hosts_equals_one_process(make_cluster, data, ddp_one, tmp_pa
     _assert_close(tmp_path, ddp_one, rtol=RTOL, atol=ATOL)
 
 
-def test_fsdp_on_two_hosts_times_two_ranks_equals_one_process(make_cluster, data, fsdp_one,
-                                                              tmp_path):
-    cluster = make_cluster(2)
+def test_fsdp_on_two_hosts_times_two_ranks_equals_one_process(cluster, data, fsdp_one, tmp_path):
     argv = torchrun_argv("common.fsdp.train", _fsdp_args(data, tmp_path, "--strategy", "fsdp"),
-                         nproc=2)
-    agents = [start(cluster, host, argv) for host in (0, 1)]
+                         nproc=2, endpoint=f"node0:{PORT + 1}")
+    agents = [start_forked(cluster, host, argv) for host in (0, 1)]
     for agent, output in zip(agents, finish(agents), strict=True):
         assert agent.returncode == 0, output[-3000:]
     assert _records(tmp_path, "start")[0]["world_size"] == 4
@@ -120,17 +141,17 @@ def test_fsdp_on_two_hosts_times_two_ranks_equals_one_process(make_cluster, data
 
 
 def test_a_host_lost_and_back_under_max_restarts_resumes_from_the_snapshot(
-        make_cluster, data, ddp_one, tmp_path):
-    cluster = make_cluster(2)
+        cluster, data, ddp_one, tmp_path):
     argv = torchrun_argv("common.ddp.train", _ddp_args(
         data, tmp_path, "--snapshot", str(tmp_path / "snap.pt"), "--snapshot-every", "2",
-        "--step-delay", "0.5"), nproc=1, max_restarts=1, rdzv_conf=QUICK_HEARTBEAT)
-    first = [start(cluster, host, argv) for host in (0, 1)]
+        "--step-delay", "0.5"), nproc=1, max_restarts=1, rdzv_conf=QUICK_HEARTBEAT,
+        endpoint=f"node0:{PORT + 2}")
+    first = [start_forked(cluster, host, argv) for host in (0, 1)]
     _wait_for(lambda: (tmp_path / "log.jsonl").exists() and _records(tmp_path, "snapshot"), first)
-    killed = cluster.kill_processes(1)  # node1 loses power: its agent and worker, at once
+    killed = power_off(cluster, 1)  # node1 loses power: its agent and worker, at once
     assert first[1].pid in killed or first[1].wait(timeout=10) is not None
     first[1].communicate()
-    back = start(cluster, 1, argv)  # the machine is back; the job's agent starts there again
+    back = start_forked(cluster, 1, argv)  # the machine is back; the job's agent starts there again
     outputs = finish([first[0], back])
     assert first[0].returncode == 0 and back.returncode == 0, outputs[0][-3000:]
     resumed = _records(tmp_path, "resume")
@@ -139,15 +160,14 @@ def test_a_host_lost_and_back_under_max_restarts_resumes_from_the_snapshot(
     _assert_close(tmp_path, ddp_one, rtol=RTOL, atol=ATOL)
 
 
-def test_a_host_lost_under_elastic_nnodes_leaves_one_that_goes_on(make_cluster, data, fsdp_one,
+def test_a_host_lost_under_elastic_nnodes_leaves_one_that_goes_on(cluster, data, fsdp_one,
                                                                   tmp_path):
-    cluster = make_cluster(2)
-    options = {"endpoint": f"node0:{PORT}", "max_restarts": 1, "keep_alive_interval": 1,
+    options = {"endpoint": f"node0:{PORT + 3}", "max_restarts": 1, "keep_alive_interval": 1,
                "keep_alive_max_attempt": 2}
     args = _fsdp_args(data, tmp_path, "--checkpoint-every", "1", "--step-delay", "0.5")
-    host = start(cluster, 0, forked_workers(elastic_command(
+    host = start_forked(cluster, 0, forked_workers(elastic_command(
         "common.fsdp.train", args, is_host=True, **options), "common.fsdp.train", args))
-    guest = start(cluster, 1, forked_workers(elastic_command(
+    guest = start_forked(cluster, 1, forked_workers(elastic_command(
         "common.fsdp.train", args, is_host=False, **options), "common.fsdp.train", args))
 
     def checkpointed_by_two() -> bool:
@@ -159,7 +179,7 @@ def test_a_host_lost_under_elastic_nnodes_leaves_one_that_goes_on(make_cluster, 
                                     for r in records[starts[0]:])
 
     _wait_for(checkpointed_by_two, [host, guest])
-    cluster.kill_processes(1)  # node1 is gone: its agent and workers at once
+    power_off(cluster, 1)  # node1 is gone: its agent and workers at once
     guest.communicate()
     output = finish([host])[0]
     assert host.returncode == 0, output[-3000:]
