@@ -18,6 +18,9 @@ import numpy as np
 if TYPE_CHECKING:  # pandas is imported where a CSV is read: an ImageFolder run never loads it
     import pandas as pd
 
+#: The four flags of the guide's layout (an annotations CSV and its image folder per split), in
+#: the order ``--help`` lists them; the trainers and ``python -m common.images.check`` take them.
+CSV_FLAGS = ("train_csv", "train_images", "val_csv", "val_images")
 _INTEGER = re.compile(r"^[+-]?\d+$")
 _INT64_MAX = np.iinfo(np.int64).max
 
@@ -163,3 +166,18 @@ def check_duplicates(csv_name: str, frame: pd.DataFrame, paths: list[str], label
                       f"same label, first {name!r} at line {line} (also line {first}); each row "
                       "is kept as a sample, listed in .duplicates", stacklevel=3)
     return [i for i in range(len(paths)) if i not in conflicting], duplicates
+
+
+def csv_flag_problems(config) -> dict[str, str]:
+    """``{field: problem}`` for the guide's layout flags: all four together, not with ``--data``.
+
+    Introduced in docs/scripts.md ("Your own images").
+    """
+    given = [name for name in CSV_FLAGS if getattr(config, name)]
+    if not given:
+        return {}
+    if getattr(config, "data", ""):
+        return {"data": "give --data DIR or the annotations CSV flags (--train-csv, ...), not both"}
+    missing = [name for name in CSV_FLAGS if name not in given]
+    return {name: f"is needed with --{given[0].replace('_', '-')} (an annotations CSV and its "
+                  "image folder, for training and for validation)" for name in missing}

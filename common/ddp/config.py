@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.annotations import csv_flag_problems
 from common.cli import (
     at_least,
     distinct_files,
@@ -20,7 +21,7 @@ from common.cli import (
     positive,
 )
 from common.ddp.normalization import normalize_option, resize_option
-from common.images.layouts import DataLayoutError, csv_flag_problems, layout_of
+from common.images.layouts import DataLayoutError, layout_of
 from common.images.pixels import ORIENTATIONS
 from common.models import model_problem
 

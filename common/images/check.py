@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.annotations import CSV_FLAGS, csv_flag_problems
 from common.cli import is_dir, is_file, option, parse_dataclass_args
 from common.images.checking import check_data
-from common.images.layouts import CSV_FLAGS, csv_flag_problems
 
 
 @dataclass

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.annotations import BadSampleError, read_annotations, resolve_inside
-from common.data import load_rgb
 from common.images.listing import Entry, FolderListing, image_format, list_folder
 
 
@@ -164,6 +163,7 @@ def check_data(root: Path | None = None, *, csv_splits: dict[str, tuple[Path, Pa
 def _read(path: str, fmt: str, row: ClassRow, report: CheckReport, owners: dict) -> None:
     from PIL import Image
 
+    from common.data import load_rgb  # torch: only when a file is decoded
     from common.images.pixels import jpeg_warnings, shown_size
 
     try:

@@ -22,8 +22,6 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from common.images.layouts import SPLITS
-
 
 @dataclass(frozen=True)
 class DigitsSplit:
@@ -107,6 +105,8 @@ def write_digits_folder(images: np.ndarray, labels: np.ndarray, root: str | os.P
     if root.exists() and any(root.iterdir()):
         raise ValueError(f"{root} is not empty: write the ImageFolder into a new folder")
     pixels = to_uint8(images, max_value=max_value)
+    from common.images.layouts import SPLITS  # torch: only when a folder is written
+
     split = stratified_split(labels, val_fraction=val_fraction, seed=seed)
     for name, indices in zip(SPLITS, (split.train, split.val), strict=True):
         for index in indices:

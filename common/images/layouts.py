@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from common.annotations import BadSampleError, read_annotations
+from common.annotations import CSV_FLAGS, BadSampleError, read_annotations
 from common.data import CustomImageDataset, load_rgb
 from common.digests import file_sha256
 from common.images.listing import FolderListing, list_folder, system_entry
@@ -43,8 +43,6 @@ if TYPE_CHECKING:  # pandas is imported where a CSV is read (common.annotations)
     import pandas as pd
 
 LAYOUTS = ("shapes", "imagefolder", "csv")
-#: The four flags of the guide's layout, in the order ``--help`` lists them.
-CSV_FLAGS = ("train_csv", "train_images", "val_csv", "val_images")
 SPLITS = ("train", "val")
 EXPECTED = ("the shapes layout (train/labels.csv and train/images/, val/ alike: what "
             "common.ensure_data writes) or an ImageFolder root (train/<class>/<image> and "
@@ -196,21 +194,6 @@ def _class_folders(folder: Path) -> list[str]:
         return []
     return sorted({unicodedata.normalize("NFC", entry.name) for entry in os.scandir(folder)
                    if system_entry(entry.name) is None and entry.is_dir()})
-
-
-def csv_flag_problems(config) -> dict[str, str]:
-    """``{field: problem}`` for the guide's layout flags: all four together, not with ``--data``.
-
-    Introduced in docs/scripts.md ("Your own images").
-    """
-    given = [name for name in CSV_FLAGS if getattr(config, name)]
-    if not given:
-        return {}
-    if getattr(config, "data", ""):
-        return {"data": "give --data DIR or the annotations CSV flags (--train-csv, ...), not both"}
-    missing = [name for name in CSV_FLAGS if name not in given]
-    return {name: f"is needed with --{given[0].replace('_', '-')} (an annotations CSV and its "
-                  "image folder, for training and for validation)" for name in missing}
 
 
 def resolve_data(config) -> ImageData:

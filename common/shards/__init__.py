@@ -6,44 +6,32 @@ resume position), ``dataset`` (``ShardedImageDataset``) and the entry point
 ``train`` (``python -m common.shards.train``), which is not imported here.
 """
 
-from common.digests import file_sha256
-from common.shards.dataset import MAX_BUFFER_BYTES, ShardedImageDataset
-from common.shards.format import (
-    IMAGE_EXTENSIONS,
-    MANIFEST_NAME,
-    MAX_MEMBER_BYTES,
-    ShardError,
-    ShardInfo,
-    ShardRecord,
-    decode_image,
-    ensure_shards,
-    read_manifest,
-    read_shard,
-    verify_shards,
-    write_shards,
-)
-from common.shards.keys import check_unique_keys, shard_keys
-from common.shards.order import POLICIES, split_shards, worker_quotas
+from common.digests import file_sha256 as file_sha256  # hashlib only: re-exported
+from common.lazy import lazy_names
 
-__all__ = [
-    "IMAGE_EXTENSIONS",
-    "MAX_BUFFER_BYTES",
-    "MANIFEST_NAME",
-    "MAX_MEMBER_BYTES",
-    "POLICIES",
-    "ShardError",
-    "ShardInfo",
-    "ShardRecord",
-    "ShardedImageDataset",
-    "check_unique_keys",
-    "decode_image",
-    "ensure_shards",
-    "file_sha256",
-    "read_manifest",
-    "read_shard",
-    "shard_keys",
-    "split_shards",
-    "verify_shards",
-    "worker_quotas",
-    "write_shards",
-]
+#: Where each name lives: imported on first use (PEP 562), so that ``python -m common.shards.make``
+#: (``make_shards.py``) does not import the reader's torchvision and torch.utils.data first.
+_WHERE = {
+    "IMAGE_EXTENSIONS": "common.shards.format",
+    "MANIFEST_NAME": "common.shards.format",
+    "MAX_BUFFER_BYTES": "common.shards.dataset",
+    "MAX_MEMBER_BYTES": "common.shards.format",
+    "POLICIES": "common.shards.order",
+    "ShardError": "common.shards.format",
+    "ShardInfo": "common.shards.format",
+    "ShardRecord": "common.shards.format",
+    "ShardedImageDataset": "common.shards.dataset",
+    "check_unique_keys": "common.shards.keys",
+    "decode_image": "common.shards.format",
+    "ensure_shards": "common.shards.format",
+    "read_manifest": "common.shards.format",
+    "read_shard": "common.shards.format",
+    "shard_keys": "common.shards.keys",
+    "split_shards": "common.shards.order",
+    "verify_shards": "common.shards.format",
+    "worker_quotas": "common.shards.order",
+    "write_shards": "common.shards.format",
+}
+
+__all__ = sorted([*_WHERE, "file_sha256"])
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, globals())

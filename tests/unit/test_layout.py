@@ -307,6 +307,21 @@ def test_the_imagenet_statistics_and_a_ddp_worker_import_no_torchvision():
     assert "torchvision" in layout.external_closure(where["V2EvalPreset"], modules)  # can fail
 
 
+def test_the_folder_tools_and_make_shards_start_without_the_trainers_imports():
+    """``python -m common.images.check`` and ``split`` answer ``--help`` or a bad flag without
+    importing torch (about 1.4 s of CPU), ``common.shards.make`` without the reader's
+    torchvision (common/shards/__init__.py names its modules lazily). (pandas is imported inside
+    the functions that read a CSV, which this import-time closure cannot tell from a
+    ``TYPE_CHECKING`` import.)"""
+    modules = layout.module_files(REPO, ("common",))
+    for entry in ("common.images.check", "common.images.split"):
+        heavy = layout.external_closure(entry, modules) & {"torch", "torchvision"}
+        assert not heavy, f"{entry} imports {heavy}"
+    heavy = layout.external_closure("common.shards.make", modules) & {"torchvision"}
+    assert not heavy, f"common.shards.make imports {heavy}"
+    assert "torch" in layout.external_closure("common.images.layouts", modules)  # can fail
+
+
 def test_the_run_log_writes_no_model():
     """Logging logs; the trainers save the final weights (``common.ddp.trainer.save_final_weights``)."""
     modules = layout.module_files(REPO, ("common",))
