@@ -98,21 +98,56 @@ def run_command(command: Sequence[str], *, timeout: float = 120,
                 threads: int = 1) -> subprocess.CompletedProcess:
     """Run a (``torchrun``) command, wait, and raise with its output if it failed.
 
+    A timeout, or an interrupt (the notebook's stop button: ``KeyboardInterrupt``), ends the
+    whole launch, its workers too (``kill_launch``), before the exception goes on: torchrun
+    starts each worker in a session of its own, so killing the launcher alone would leave them
+    running, holding a core and the port.
+
     Returns:
         The finished process; ``.stdout`` holds what the ranks printed.
 
     Raises:
         RuntimeError: Naming the command and showing the end of its output.
+        subprocess.TimeoutExpired: After ``timeout`` seconds, every process of the launch ended.
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
     command = [str(part) for part in command]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                          env=launch_env(threads=threads), check=False)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=launch_env(threads=threads)) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except BaseException as error:  # TimeoutExpired, KeyboardInterrupt
+            kill_launch(process)
+            stdout, stderr = process.communicate()
+            if isinstance(error, subprocess.TimeoutExpired):
+                raise subprocess.TimeoutExpired(command, timeout, stdout, stderr) from None
+            raise
+    done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n"
                            f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
     return done
+
+
+def kill_launch(launcher: subprocess.Popen) -> None:
+    """SIGKILL a launcher and every process under it: torchrun's workers, which it starts in
+    sessions of their own (so a signal to its process group would miss them).
+
+    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    """
+    import psutil  # only where a launch is stopped
+
+    try:
+        root = psutil.Process(launcher.pid)
+        tree = [root, *root.children(recursive=True)]  # the launcher first: it starts no more
+    except psutil.NoSuchProcess:
+        return
+    for process in tree:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def rank_error(message: str) -> str:

@@ -34,3 +34,83 @@ def test_collectives_on_two_processes_and_companion_device_reaches_the_workers(m
     assert "world_size=2 backend=gloo" in section["== identity"][1]
     cost = section["== all_reduce milliseconds by tensor size (float32 values)"]
     assert len(cost) == 2 and all(len(line.split(": ", 1)[1].split()) == 6 for line in cost)
+
+
+def _ended(pid: int, within: float = 5.0) -> bool:
+    """Whether process ``pid`` is gone (or a zombie: killed, not yet reaped) within ``within`` s."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_timed_out_command_ends_with_what_it_started_in_a_session_of_its_own(tmp_path):
+    """As torchrun starts its workers: ``setsid``, out of the launcher's process group."""
+    import subprocess
+
+    from common.ddp.launch import run_command
+
+    pid_file = tmp_path / "pid"
+    script = f"setsid sleep 60 & echo $! > {pid_file}; wait"
+    with pytest.raises(subprocess.TimeoutExpired) as raised:
+        run_command(["bash", "-c", script], timeout=2)
+    assert raised.value.timeout == 2 and isinstance(raised.value.stdout, str)
+    assert _ended(int(pid_file.read_text())), "the command's own session outlived the timeout"
+
+
+@pytest.mark.slow
+def test_an_interrupted_launch_leaves_no_worker_running(tmp_path):
+    """The notebook's stop button (``KeyboardInterrupt``) during ``run_command``: torchrun's
+    workers end with it (they run in sessions of their own, which killing torchrun alone misses).
+    The interrupt comes as a real signal once both workers run, as the kernel's does."""
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+
+    import psutil
+
+    from common.ddp.launch import run_command
+
+    worker = tmp_path / "worker.py"
+    worker.write_text("import os, pathlib, sys, time\n"
+                      "pathlib.Path(sys.argv[1], os.environ['RANK']).write_text(str(os.getpid()))\n"
+                      "time.sleep(300)\n")
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    running_when_interrupted: list[bool] = []
+
+    def interrupt_when_both_run() -> None:
+        deadline = time.monotonic() + 120
+        while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)  # both pid files written in full
+        running_when_interrupted.extend(psutil.pid_exists(int(path.read_text()))
+                                        for path in pids.iterdir())
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    def stop(*_) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGUSR1, stop)
+    try:
+        threading.Thread(target=interrupt_when_both_run, daemon=True).start()
+        command = [sys.executable, "-m", "common.ddp.torchrun", "--nproc-per-node=2",
+                   "--standalone", str(worker), str(pids)]
+        with pytest.raises(KeyboardInterrupt):
+            run_command(command, timeout=240)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert running_when_interrupted == [True, True], "both workers ran when the interrupt came"
+    started = [int(path.read_text()) for path in pids.iterdir()]
+    assert [pid for pid in started if not _ended(pid)] == []
