@@ -31,8 +31,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from common.cli import flag_name
-from common.ddp.launch import kill_launch, launch_env, worker_entry
+from common.ddp.launch import launch_env, worker_entry
 from common.ddp.process_group import gather_objects
 from common.device import RANKS_PER_HOST_ENV
 
@@ -174,7 +176,7 @@ def join_later(command: Sequence[str], log_file: str | Path, *, after_step: int,
         result = ElasticJoin(joined_at, [agent.communicate(timeout=timeout)[0] for agent in agents])
     except subprocess.TimeoutExpired as error:
         for agent in agents:
-            kill_launch(agent)
+            _kill_tree(agent)
             agent.communicate()
         raise RuntimeError(f"the agents did not finish within {timeout} s of the join: hung, "
                            "killed") from error
@@ -183,6 +185,20 @@ def join_later(command: Sequence[str], log_file: str | Path, *, after_step: int,
         if check and agent.returncode != 0:
             raise RuntimeError(f"an agent exited with {agent.returncode}:\n{output[-3000:]}")
     return result
+
+
+def _kill_tree(agent: subprocess.Popen) -> None:
+    """SIGKILL an agent and its workers (which torchrun starts in sessions of their own)."""
+    try:
+        root = psutil.Process(agent.pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for process in tree:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 @dataclass
@@ -232,7 +248,7 @@ def leave_later(host: Sequence[str], guest: Sequence[str], log_file: str | Path,
                                f"at world size 2:\n{first.communicate()[0][-3000:]}")
         time.sleep(0.05)
     left_at = time.time()
-    kill_launch(second)
+    _kill_tree(second)
     outputs = [first.communicate(timeout=timeout)[0], second.communicate()[0]]
     if first.returncode != 0:
         raise RuntimeError(f"the remaining agent exited with {first.returncode}:\n"
