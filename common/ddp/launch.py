@@ -132,10 +132,10 @@ def run_command(command: Sequence[str], *, timeout: float = 120,
 
 def kill_launch(launcher: subprocess.Popen) -> None:
     """SIGKILL a launcher and every process under it: torchrun's workers, which it starts in
-    sessions of their own (so a signal to its process group would miss them). Chapter 6.4 builds
-    the same from its agents (``common.fsdp.elastic._kill_tree``, whose source it shows).
+    sessions of their own (so a signal to its process group would miss them). Chapter 6.4 stops
+    its elastic agents with it (``common.fsdp.elastic._kill_tree``) and shows its source.
 
-    Introduced in chapters/04_1_ddp_fundamentals.ipynb.
+    Introduced in chapters/06_4_elastic_training.ipynb.
     """
     import psutil  # only where a launch is stopped
 

@@ -31,10 +31,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from common.cli import flag_name
-from common.ddp.launch import launch_env, worker_entry
+from common.ddp.launch import kill_launch, launch_env, worker_entry
 from common.ddp.process_group import gather_objects
 from common.device import RANKS_PER_HOST_ENV
 
@@ -187,18 +185,9 @@ def join_later(command: Sequence[str], log_file: str | Path, *, after_step: int,
     return result
 
 
-def _kill_tree(agent: subprocess.Popen) -> None:
-    """SIGKILL an agent and its workers (which torchrun starts in sessions of their own)."""
-    try:
-        root = psutil.Process(agent.pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
-    for process in tree:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
+#: SIGKILL an agent and its workers, which torchrun starts in sessions of their own (chapter 6.4's
+#: name for ``common.ddp.launch.kill_launch``).
+_kill_tree = kill_launch
 
 
 @dataclass
