@@ -59,11 +59,15 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml $(CONSTRAINTS)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is needed; run: make PYTHON=python3.X ...")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_INDEX_URL),$(BIN)/python -m pip install --index-url $(TORCH_INDEX_URL) $(TORCH_REQUIREMENTS))
-	$(BIN)/python -m pip install -r requirements-dev.txt $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e .
-	# The repository's own modules compiled once, as pip compiles every package it installs but not an
-	# editable install's sources: where PYTHONDONTWRITEBYTECODE is set, every process (each torchrun
-	# worker, each kernel) would compile them again, about 0.06 s of CPU for a trainer's imports.
-	$(BIN)/python -m compileall -q common course data_scripts tests
+	$(BIN)/python -m pip install --no-compile -r requirements-dev.txt $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e .
+	# Byte-compiled on every core, as pip would compile each package on one (about 35 s of a fresh
+	# install's 97 s): the installed packages (a file pip would skip, such as a test fixture written
+	# in Python 2, is skipped here too: its error is not the install's), then the repository's own
+	# modules, which pip leaves to each process as an editable install's sources. Where
+	# PYTHONDONTWRITEBYTECODE is set, every process (each torchrun worker, each kernel) would
+	# otherwise compile them again, about 0.06 s of CPU for a trainer's imports.
+	$(BIN)/python -m compileall -q -j 0 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))') > /dev/null || true
+	$(BIN)/python -m compileall -q -j 0 common course data_scripts tests
 	# The notebooks' kernel "python3", pinned to this venv's interpreter (inside the venv only).
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (.venv)"
 	touch $(STAMP)
