@@ -25,6 +25,11 @@ to its exit (``resource.RUSAGE_CHILDREN``). One launch of each runs first, untim
 find the files in the page cache and the trainer its statistics. The table holds the median seconds of each and the
 ratio to examples'; ``first_step.csv`` and ``first_step.json`` (every round, the load average)
 are written to ``--out``.
+
+``--libraries-first`` launches each rank through ``common.ddp.first_step_rank``: it imports the
+libraries both trainers share first, so the table adds rank 0's CPU seconds for them, for the
+trainer's own imports and for its work from there to the end of its first step, each apart (the
+libraries' import is the part that varies most from launch to launch).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import resource
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -44,6 +50,11 @@ from common.ddp.launch import run_command, torchrun_command
 
 BASELINE = "examples"
 TRAINERS = ("train", BASELINE)
+#: What each rank of a ``--libraries-first`` launch runs: the libraries, then the trainer.
+RANK_WRAPPER = "common.ddp.first_step_rank"
+#: The columns of a round: always the first three, the rest with ``--libraries-first``.
+ROUND = ("seconds", "rank0_cpu_s", "launch_cpu_s", "libraries_cpu_s", "own_imports_cpu_s",
+         "after_imports_cpu_s")
 
 
 @dataclass
@@ -59,6 +70,9 @@ class FirstStepConfig:
     image_size: int = option(32, "side of the training crops")
     batch_size: int = option(64, "global batch (each of --ranks processes takes its share)")
     out: Path = option(Path("build/bench/first_step"), "output folder (CSV, JSON)")
+    libraries_first: bool = option(False, "each rank imports the libraries both share first "
+                                   "(common.ddp.first_step_rank): rank 0's CPU for them, for the "
+                                   "trainer's own imports and for the rest to the first step, apart")
 
 
 def first_step_record(stdout: str, command: str = "the launch") -> tuple[float, float]:
@@ -78,6 +92,23 @@ def first_step_record(stdout: str, command: str = "the launch") -> tuple[float, 
     raise ValueError(f"{command} printed no first_step record")
 
 
+def libraries_record(stdout: str, command: str = "the launch") -> tuple[float, float]:
+    """``(libraries_cpu_s, imports_cpu_s)`` of the ``{"event": "libraries", ...}`` line that rank 0
+    of a ``--libraries-first`` launch prints (``common.ddp.first_step_rank``).
+
+    Raises:
+        ValueError: Naming ``command`` when no such line was printed.
+
+    Introduced in docs/scripts.md ("Time to the first step").
+    """
+    for line in stdout.splitlines():
+        if line.startswith("{") and '"libraries"' in line:
+            record = json.loads(line)
+            if record.get("event") == "libraries":
+                return float(record["libraries_cpu_s"]), float(record["imports_cpu_s"])
+    raise ValueError(f"{command} printed no libraries record (is it a --libraries-first launch?)")
+
+
 def commands(config: FirstStepConfig, data: Path) -> dict[str, list[str]]:
     """The torchrun command of each trainer, ``{name: argv}`` (``TRAINERS``).
 
@@ -90,13 +121,18 @@ def commands(config: FirstStepConfig, data: Path) -> dict[str, list[str]]:
              "--num-epochs", "1", "--max-steps", "1", "--threads", "1", "--num-workers", "0"]
     examples = [str(data), "--arch", "resnet18", "--image-size", size, "-b", str(per_rank),
                 "--lr", "0.1", "--wd", "1e-4", "--max-steps", "1", "-j", "0"]
-    return {"train": torchrun_command("common.ddp.train", train, nproc_per_node=config.ranks),
-            BASELINE: torchrun_command("common.ddp.examples_main", examples,
-                                       nproc_per_node=config.ranks)}
+    targets = {"train": ("common.ddp.train", train), BASELINE: ("common.ddp.examples_main", examples)}
+    if config.libraries_first:
+        return {name: torchrun_command(RANK_WRAPPER, [module, *args], nproc_per_node=config.ranks)
+                for name, (module, args) in targets.items()}
+    return {name: torchrun_command(module, args, nproc_per_node=config.ranks)
+            for name, (module, args) in targets.items()}
 
 
-def launch(name: str, command: list[str]) -> tuple[float, float, float]:
-    """``(seconds, rank 0's CPU seconds, the launch's CPU seconds)`` of one run of ``command``.
+def launch(name: str, command: list[str], *, libraries_first: bool = False) -> tuple[float, ...]:
+    """``(seconds, rank 0's CPU seconds, the launch's CPU seconds)`` of one run of ``command``;
+    with ``libraries_first``, rank 0's CPU seconds for the shared libraries, for the trainer's own
+    imports and for the rest up to its first step follow (``ROUND``).
 
     The seconds run from starting ``command`` (trainer ``name``) to the time its first-step
     record says; rank 0's CPU seconds are its process's until then (its imports included: the
@@ -108,7 +144,11 @@ def launch(name: str, command: list[str]) -> tuple[float, float, float]:
     before, started = _children_cpu(), time.time()
     done = run_command(command, timeout=600, threads=1)
     at, rank0_cpu = first_step_record(done.stdout, name)
-    return at - started, rank0_cpu, _children_cpu() - before
+    measured = (at - started, rank0_cpu, _children_cpu() - before)
+    if not libraries_first:
+        return measured
+    libraries, imports = libraries_record(done.stdout, name)
+    return (*measured, libraries, imports, rank0_cpu - libraries - imports)
 
 
 def _children_cpu() -> float:
@@ -116,12 +156,14 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def summarize(rounds: dict[str, list[tuple[float, float, float]]]) -> pd.DataFrame:
+def summarize(rounds: dict[str, list[tuple[float, ...]]]) -> pd.DataFrame:
     """Per trainer: the median, fastest and slowest seconds to the first step, the median CPU
-    seconds of rank 0 to it and of the whole launch, and the medians' ratios to examples'.
+    seconds of rank 0 to it and of the whole launch, and the medians' ratios to examples'; with
+    ``--libraries-first`` rounds, the medians of rank 0's CPU seconds for the shared libraries, the
+    trainer's own imports and the rest up to the first step too.
 
-    ``rounds``: ``{trainer: [(seconds, rank0_cpu_s, launch_cpu_s), ...]}`` (``launch``),
-    examples' included.
+    ``rounds``: ``{trainer: [(seconds, rank0_cpu_s, launch_cpu_s[, libraries_cpu_s,
+    own_imports_cpu_s, after_imports_cpu_s]), ...]}`` (``launch``), examples' included.
 
     Introduced in docs/scripts.md ("Time to the first step").
     """
@@ -129,14 +171,17 @@ def summarize(rounds: dict[str, list[tuple[float, float, float]]]) -> pd.DataFra
     median = {name: [statistics.median(values) for values in columns]
               for name, columns in column.items()}
     base = median[BASELINE]
-    return pd.DataFrame({"trainer": list(rounds), "rounds": [len(v) for v in rounds.values()],
-                         "median_s": [m[0] for m in median.values()],
-                         "min_s": [min(c[0]) for c in column.values()],
-                         "max_s": [max(c[0]) for c in column.values()],
-                         "vs_examples": [m[0] / base[0] for m in median.values()],
-                         "rank0_cpu_s": [m[1] for m in median.values()],
-                         "rank0_cpu_vs_examples": [m[1] / base[1] for m in median.values()],
-                         "launch_cpu_s": [m[2] for m in median.values()]})
+    table = pd.DataFrame({"trainer": list(rounds), "rounds": [len(v) for v in rounds.values()],
+                          "median_s": [m[0] for m in median.values()],
+                          "min_s": [min(c[0]) for c in column.values()],
+                          "max_s": [max(c[0]) for c in column.values()],
+                          "vs_examples": [m[0] / base[0] for m in median.values()],
+                          "rank0_cpu_s": [m[1] for m in median.values()],
+                          "rank0_cpu_vs_examples": [m[1] / base[1] for m in median.values()],
+                          "launch_cpu_s": [m[2] for m in median.values()]})
+    for index in range(3, len(base)):
+        table[ROUND[index]] = [m[index] for m in median.values()]
+    return table
 
 
 def _shapes_folder() -> Path:
@@ -161,13 +206,14 @@ def main(argv: list[str] | None = None) -> int:
     config.out.mkdir(parents=True, exist_ok=True)
     data = config.data if config.data is not None else _shapes_folder()
     launches = commands(config, data)
+    measure = partial(launch, libraries_first=config.libraries_first)
     for name, command in launches.items():  # untimed: the page cache, the trainer's statistics
-        launch(name, command)
-    rounds: dict[str, list[tuple[float, float, float]]] = {name: [] for name in TRAINERS}
+        measure(name, command)
+    rounds: dict[str, list[tuple[float, ...]]] = {name: [] for name in TRAINERS}
     loads = [_load()]
     for index in range(config.rounds):
         for name in TRAINERS if index % 2 == 0 else TRAINERS[::-1]:
-            rounds[name].append(launch(name, launches[name]))
+            rounds[name].append(measure(name, launches[name]))
         print(f"round {index + 1}/{config.rounds}: " + ", ".join(
             f"{name} {values[-1][0]:.2f} s (rank 0 {values[-1][1]:.1f} s CPU)"
             for name, values in rounds.items()), flush=True)
@@ -178,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         "config": {**asdict(config), "out": str(config.out), "data": str(data)},
         "machine": {"cores": os.cpu_count(), "load_average_1min": loads}, "rounds": rounds},
         indent=1))
-    print(table.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    print(table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
     if None not in loads:
         print(f"seconds from launch to the end of rank 0's first optimizer step, {config.ranks} "
               f"ranks (CPU seconds: rank 0's to its first step, the whole launch's to its exit); load average {loads[0]:.1f} before, {loads[1]:.1f} after, on "

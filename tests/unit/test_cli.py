@@ -88,7 +88,8 @@ def test_help_says_each_default_once_and_a_path_as_written(capsys):
 #: Where entry points live; a module is one if it has a ``__main__`` guard or is a ``__main__.py``.
 ENTRY_FOLDERS = ("common", "course", "data_scripts")
 #: Entry points that another program starts: their ``--help`` says who, on stderr, with exit status 2.
-INTERNAL = {"course.grading.inside.judge": "grader"}
+INTERNAL = {"course.grading.inside.judge": "grader",
+            "common.ddp.first_step_rank": "common.ddp.first_step --libraries-first"}
 
 
 def _module(path: Path, root: Path) -> str:
