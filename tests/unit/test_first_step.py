@@ -89,9 +89,7 @@ def test_a_rank_imports_the_libraries_then_the_module_and_runs_its_main(tmp_path
     monkeypatch.setattr(first_step_rank, "LIBRARIES", ("colorsys",))
     monkeypatch.setenv("RANK", "0")
     assert first_step_rank.main(["fake_trainer", "--lr", "0.1"]) == 7
-    import fake_trainer
-
-    assert fake_trainer.CALLS == [["--lr", "0.1"]] and "colorsys" in sys.modules
+    assert sys.modules["fake_trainer"].CALLS == [["--lr", "0.1"]] and "colorsys" in sys.modules
     record = json.loads(capsys.readouterr().out)
     assert record["event"] == "libraries" and set(record) == {"event", "libraries_cpu_s", "imports_cpu_s"}
     monkeypatch.setenv("RANK", "1")  # only rank 0 says it
