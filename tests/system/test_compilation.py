@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch import nn
 
+from common.fsdp import compilation
 from common.fsdp.compilation import (
     chain_inputs,
     compare_ms,
@@ -64,8 +67,41 @@ def test_time_by_layer_type_shares_and_leaves_no_hooks():
     shares = time_by_layer_type(model, torch.randn(64, 3, 4, 4))
     assert {"Flatten", "Linear", "ReLU", "other"} <= set(shares.index)
     assert shares.sum() == pytest.approx(1.0) and (shares >= 0).all()
-    assert shares.index[0] == "Linear", "two matrix products outweigh a ReLU and a view"
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_time_by_layer_type_gives_each_kind_its_time_and_the_rest_to_other(monkeypatch):
+    """The shares of a clock that only the layers and their parent advance, so exact (no timing)."""
+    clock = [0.0]
+    monkeypatch.setattr(compilation, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    class Takes(nn.Module):
+        def __init__(self, seconds: float) -> None:
+            super().__init__()
+            self.seconds = seconds
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            clock[0] += self.seconds
+            return x
+
+    class Slow(Takes):
+        pass
+
+    class Fast(Takes):
+        pass
+
+    class Outer(nn.Module):  # 4 s of its own per pass, outside every leaf: "other"
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(Slow(3.0), Fast(1.0), Slow(2.0))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            clock[0] += 4.0
+            return self.body(x)
+
+    shares = time_by_layer_type(Outer(), torch.zeros(1), repeats=3)
+    assert shares.to_dict() == pytest.approx({"Slow": 0.5, "other": 0.4, "Fast": 0.1})
+    assert list(shares.index) == ["Slow", "other", "Fast"], "largest share first"
 
 
 def test_median_ms_times_without_gradients():
