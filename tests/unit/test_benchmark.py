@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -40,19 +40,25 @@ def test_formulations_agree_and_are_all_timed():
 
 
 def test_formulations_check_every_batch_outside_the_timed_loop(monkeypatch):
-    # a check that takes 50 ms: inside the timed loop no candidate could pass 8 / 0.05 = 160/s
-    calls = []
+    # The timing reads a clock that moves 1 ms per reading and 1 s per check: a check inside the
+    # timed loop would show as at most 8 images / 1 s; outside it every candidate times 8 / 0.001.
+    clock, calls = [0.0], []
+
+    def reading() -> float:
+        clock[0] += 0.001
+        return clock[0]
 
     def slow_check(out, expected):
         calls.append(out.shape)
-        time.sleep(0.05)
+        clock[0] += 1.0
         return True
 
+    monkeypatch.setattr(costs, "time", SimpleNamespace(perf_counter=reading))
     monkeypatch.setattr(costs, "agrees", slow_check)
     images = torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8)
     table = formulations(images, repeats=2, batch_size=4)
     assert len(calls) == 5 * 2  # every candidate, every batch, once
-    assert table["images_per_s"].min() > 400
+    assert table["images_per_s"].tolist() == pytest.approx([8 / 0.001] * 5)
 
 
 def test_formulations_refuse_a_wrong_result(monkeypatch):
