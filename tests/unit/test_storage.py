@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.utils.data import TensorDataset
 
+from common import storage as storage_module
 from common.storage import SlowStorage
 
 
@@ -24,12 +26,17 @@ def test_every_read_waits_at_least_the_latency():
     assert time.perf_counter() - start >= 5 * 0.02
 
 
-def test_no_latency_is_fast():
-    storage = SlowStorage(make_dataset(), latency_s=0)
-    start = time.perf_counter()
+def test_each_read_waits_exactly_its_latency_and_none_without(monkeypatch):
+    waited = []
+    monkeypatch.setattr(storage_module, "time", SimpleNamespace(sleep=waited.append))
     for i in range(8):
-        storage[i]
-    assert time.perf_counter() - start < 0.05
+        SlowStorage(make_dataset(), latency_s=0)[i]
+    assert waited == [0.0] * 8, "no latency: every read waits nothing"
+    waited.clear()
+    slow = SlowStorage(make_dataset(), latency_s=0.02, stall_s=0.5, stall_every=3)
+    for i in range(6):
+        slow[i]
+    assert waited == pytest.approx([0.02, 0.02, 0.52, 0.02, 0.02, 0.52]), "the 3rd and 6th read stall"
 
 
 def test_samples_pass_through_unchanged():
