@@ -109,6 +109,35 @@ class SleepyDataset(Dataset):
         return torch.tensor(index)
 
 
+class ReadLog(Dataset):
+    """``dataset``, with each read appended to ``path`` as ``pid start end`` (``time.monotonic``,
+    one clock for every process of the machine): which process read when, for facts about overlap."""
+
+    def __init__(self, dataset: Dataset, path: Path) -> None:
+        self.dataset, self.path = dataset, path
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        start = time.monotonic()
+        item = self.dataset[index]
+        with open(self.path, "a") as log:
+            log.write(f"{os.getpid()} {start} {time.monotonic()}\n")
+        return item
+
+
+def read_intervals(path: Path) -> list[tuple[int, float, float]]:
+    """The ``(pid, start, end)`` of every read a ``ReadLog`` wrote to ``path``."""
+    return [(int(pid), float(start), float(end))
+            for pid, start, end in (line.split() for line in path.read_text().splitlines())]
+
+
+def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether the intervals ``(start, end)`` ``a`` and ``b`` share a moment."""
+    return a[0] < b[1] and b[0] < a[1]
+
+
 def data_wait(data_delay: float, step_delay: float, *, num_workers: int = 0,
               length: int = 9) -> DataWaitMeter:
     """The meter after a loop whose data takes ``data_delay`` s per item and whose step ``step_delay``."""

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pickle
-import time
 
 import torch
 from torch.utils.data import DataLoader
 
 from common.storage import SlowStorage
+from tests.helpers import ReadLog, overlap, read_intervals
 from tests.unit.test_storage import make_dataset
 
 
@@ -23,11 +23,15 @@ def test_pickles_and_feeds_workers_with_the_same_batches():
         assert torch.equal(x, ex) and torch.equal(y, ey)
 
 
-def test_workers_overlap_the_waits():
-    # 8 reads of 50 ms: 0.4 s in one process, about half with two workers
-    storage = SlowStorage(make_dataset(8), latency_s=0.05)
+def test_workers_overlap_the_waits(tmp_path):
+    # 8 reads of 50 ms by two workers: each worker's reads wait while the other's do
+    log = tmp_path / "reads.log"
+    storage = ReadLog(SlowStorage(make_dataset(8), latency_s=0.05), log)
     loader = DataLoader(storage, batch_size=2, num_workers=2, persistent_workers=True)
     list(loader)  # start the workers
-    start = time.perf_counter()
+    log.unlink()
     list(loader)
-    assert time.perf_counter() - start < 0.35
+    reads = read_intervals(log)
+    assert len(reads) == 8 and len({pid for pid, _, _ in reads}) == 2
+    assert any(overlap(a[1:], b[1:]) for a in reads for b in reads if a[0] != b[0]), \
+        "no read of one worker waited while the other's did"
