@@ -84,12 +84,7 @@ def first_step_record(stdout: str, command: str = "the launch") -> tuple[float, 
 
     Introduced in docs/scripts.md ("Time to the first step").
     """
-    for line in stdout.splitlines():
-        if line.startswith("{") and '"first_step"' in line:
-            record = json.loads(line)
-            if record.get("event") == "first_step":
-                return float(record["time"]), float(record["cpu_s"])
-    raise ValueError(f"{command} printed no first_step record")
+    return _record(stdout, "first_step", ("time", "cpu_s"), command)
 
 
 def libraries_record(stdout: str, command: str = "the launch") -> tuple[float, float]:
@@ -101,12 +96,19 @@ def libraries_record(stdout: str, command: str = "the launch") -> tuple[float, f
 
     Introduced in docs/scripts.md ("Time to the first step").
     """
+    return _record(stdout, "libraries", ("libraries_cpu_s", "imports_cpu_s"), command,
+                   " (is it a --libraries-first launch?)")
+
+
+def _record(stdout: str, event: str, fields: tuple[str, str], command: str,
+            hint: str = "") -> tuple[float, float]:
+    # The fields of the first JSON line of stdout whose "event" is event.
     for line in stdout.splitlines():
-        if line.startswith("{") and '"libraries"' in line:
+        if line.startswith("{") and f'"{event}"' in line:
             record = json.loads(line)
-            if record.get("event") == "libraries":
-                return float(record["libraries_cpu_s"]), float(record["imports_cpu_s"])
-    raise ValueError(f"{command} printed no libraries record (is it a --libraries-first launch?)")
+            if record.get("event") == event:
+                return float(record[fields[0]]), float(record[fields[1]])
+    raise ValueError(f"{command} printed no {event} record{hint}")
 
 
 def commands(config: FirstStepConfig, data: Path) -> dict[str, list[str]]:
