@@ -21,7 +21,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -106,6 +106,22 @@ def start_servers(cluster: Cluster, *, libraries: Sequence[str] = ()) -> None:
     side by side: the hosts import at once, and a test's first launches start together."""
     for host in range(len(cluster.hosts)):
         server(cluster.environment(environment()), str(REPO), cluster.command(host, []), libraries)
+
+
+def served_hosts(tag: str, *, libraries: Sequence[str] = ()) -> Iterator[Cluster]:
+    """A module fixture's body: two hosts built under ``tag``, their servers started (importing
+    ``libraries`` too), torn down after the module."""
+    for build in builder(tag):
+        cluster = build(2)
+        start_servers(cluster, libraries=libraries)
+        yield cluster
+
+
+def powered_off_after(cluster: Cluster) -> Iterator[Cluster]:
+    """A test fixture's body: ``cluster`` for one test, every process it left on a host killed after."""
+    yield cluster
+    for host in range(len(cluster.hosts)):
+        power_off(cluster, host)
 
 
 def power_off(cluster: Cluster, host: int) -> list[int]:

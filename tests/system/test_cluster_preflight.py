@@ -19,10 +19,10 @@ from tests.system.cluster import (
     PREFLIGHT_LIBRARIES,
     builder,
     finish,
-    power_off,
+    powered_off_after,
     preflight,
+    served_hosts,
     start,
-    start_servers,
 )
 
 ENDPOINT = f"node0:{PORT}"
@@ -43,18 +43,13 @@ def make_cluster():
 
 @pytest.fixture(scope="module")
 def shared_cluster():
-    for build in builder("m"):
-        cluster = build(2)
-        start_servers(cluster, libraries=PREFLIGHT_LIBRARIES)
-        yield cluster
+    yield from served_hosts("m", libraries=PREFLIGHT_LIBRARIES)
 
 
 @pytest.fixture
 def cluster(shared_cluster):
     """The module's two hosts, as built; what a test leaves running on them is killed after it."""
-    yield shared_cluster
-    for host in (0, 1):
-        power_off(shared_cluster, host)
+    yield from powered_off_after(shared_cluster)
 
 
 def _lines(output: str, status: str) -> list[str]:

@@ -26,11 +26,11 @@ from common.synthetic import SyntheticConfig, ensure_data
 from tests.speedups.agent import forked_workers
 from tests.system.cluster import (
     PORT,
-    builder,
     finish,
     power_off,
+    powered_off_after,
+    served_hosts,
     start_forked,
-    start_servers,
     torchrun_argv,
 )
 
@@ -43,18 +43,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def shared_cluster():
-    for build in builder("m"):
-        cluster = build(2)
-        start_servers(cluster)
-        yield cluster
+    yield from served_hosts("m")
 
 
 @pytest.fixture
 def cluster(shared_cluster):
     """The module's two hosts; the processes a test leaves on them are killed after it."""
-    yield shared_cluster
-    for host in (0, 1):
-        power_off(shared_cluster, host)
+    yield from powered_off_after(shared_cluster)
 
 
 @pytest.fixture(scope="module")
