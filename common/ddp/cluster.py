@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.ddp.launch import STARTER_ENV
+
 SUBNET = "10.213.7.0/24"
 #: A second subnet for an interface that routes nowhere (:meth:`Cluster.add_dead_interface`).
 DEAD_SUBNET = "10.213.8.0/24"
@@ -193,9 +195,10 @@ class Cluster:
                 host.name, *map(str, argv)]
 
     def environment(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """This process's environment, plus every host's ``name=address`` in ``HOSTS_ENV``."""
+        """This process's environment, plus every host's ``name=address`` in ``HOSTS_ENV`` and this
+        process as the starter of a launch there (on Linux a launcher ends with it: ``STARTER_ENV``)."""
         listing = ",".join(f"{host.name}={host.address}" for host in self.hosts)
-        return {**os.environ, HOSTS_ENV: listing, **(extra or {})}
+        return {**os.environ, STARTER_ENV: str(os.getpid()), HOSTS_ENV: listing, **(extra or {})}
 
     def popen(self, which: int | str | Host, argv: Sequence[str], *,
               env: Mapping[str, str] | None = None, **kwargs) -> subprocess.Popen:

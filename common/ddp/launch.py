@@ -10,7 +10,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 
 #: The module the commands of ``torchrun_command`` run: torchrun, a failed job in one line per cause.
 LAUNCHER = "common.ddp.torchrun"
@@ -71,14 +71,23 @@ def worker_entry(target: str, args: Sequence[str] = ()) -> list[str]:
 RESTART_SAFE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
+#: Set by ``launch_env`` to the pid of the process that starts a launch (a notebook's kernel, a
+#: test): on Linux ``python -m common.ddp.torchrun`` then ends with its parent (``end_with_starter``).
+STARTER_ENV = "COMPANION_LAUNCH_STARTER"
+#: Linux's ``prctl`` option: the signal this process gets when the thread that started it ends.
+_PR_SET_PDEATHSIG = 1
+
+
 def launch_env(*, threads: int = 1) -> dict[str, str]:
     """This process's environment, plus ``OMP_NUM_THREADS`` (one thread per rank on a CPU),
     ``PYTHONUNBUFFERED`` (each line a rank prints arrives at once, as torchrun's ``python -u``
-    workers print) and ``RESTART_SAFE_ENV``.
+    workers print), ``RESTART_SAFE_ENV`` and this process's pid as the launch's starter (on
+    Linux the launcher ends with it: ``end_with_starter``).
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1", **RESTART_SAFE_ENV}
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1", **RESTART_SAFE_ENV,
+            STARTER_ENV: str(os.getpid())}
 
 
 def restart_hazard() -> str | None:
@@ -101,7 +110,10 @@ def run_command(command: Sequence[str], *, timeout: float = 120,
     A timeout, or an interrupt (the notebook's stop button: ``KeyboardInterrupt``), ends the
     whole launch, its workers too (``kill_launch``), before the exception goes on: torchrun
     starts each worker in a session of its own, so killing the launcher alone would leave them
-    running, holding a core and the port.
+    running, holding a core and the port. On Linux a kernel killed mid-launch takes the launch
+    along too: Jupyter's restart SIGKILLs the kernel's process group, so the launcher runs in a
+    session of its own, and it gets SIGTERM when its starter ends (``launch_env``), on which
+    torchrun stops its workers.
 
     Returns:
         The finished process; ``.stdout`` holds what the ranks printed.
@@ -114,7 +126,7 @@ def run_command(command: Sequence[str], *, timeout: float = 120,
     """
     command = [str(part) for part in command]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env=launch_env(threads=threads)) as process:
+                          env=launch_env(threads=threads), start_new_session=True) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except BaseException as error:  # TimeoutExpired, KeyboardInterrupt
@@ -159,3 +171,48 @@ def rank_error(message: str) -> str:
     """
     lines = message.strip().splitlines() or [message]
     return next((line for line in reversed(lines) if ": error: " in line), lines[0])
+
+
+def end_with_starter(environ: MutableMapping[str, str] = os.environ) -> bool:
+    """Called by the launcher (``python -m common.ddp.torchrun``) first: on Linux, when
+    ``STARTER_ENV`` is set, ask the operating system to send this process SIGTERM when its parent
+    ends, however it ends: a notebook's kernel restarted or killed mid-launch, a SIGKILLed test.
+    torchrun's agent stops its workers on SIGTERM, so the whole launch ends with the kernel
+    instead of running on, holding the cores and the port. The variable is removed first, so the
+    ranks do not inherit it. Returns whether the signal was set up.
+
+    Elsewhere (macOS, Windows) nothing is set up: a killed kernel leaves its launch running
+    there, to be stopped with ``kill_launch`` or the system's process list.
+
+    Raises:
+        SystemExit: With one line, when the process ``STARTER_ENV`` names has already ended (it
+            died before the signal was set up, which then comes from no one), when it names no
+            process id, or when prctl failed.
+
+    Introduced in TROUBLESHOOTING.md ("A restarted kernel left its `torchrun` running").
+    """
+    starter = environ.pop(STARTER_ENV, None)
+    if starter is None or not sys.platform.startswith("linux"):
+        return False
+    if not starter.isdigit():
+        raise SystemExit(f"error: {STARTER_ENV} must be a process id, got {starter!r}")
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise SystemExit(f"error: prctl(PR_SET_PDEATHSIG) failed: {os.strerror(ctypes.get_errno())}")
+    if not _alive(int(starter)):
+        raise SystemExit(f"error: the process that started this launch ({STARTER_ENV}={starter}) "
+                         "has ended")
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user's
+        return True
+    return True

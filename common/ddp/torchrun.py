@@ -31,6 +31,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from common.cli import LAUNCHER_PRINTS_ERRORS
+from common.ddp.launch import end_with_starter
 
 _RANK = re.compile(r"^rank \d+: ")
 #: The logger of torchrun's worker processes, which reports a failed worker group.
@@ -85,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Introduced in docs/scripts.md ("Your own images").
     """
+    end_with_starter()
     os.environ[LAUNCHER_PRINTS_ERRORS] = "1"  # the ranks inherit it
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from common.ddp.launch import torchrun_command
@@ -67,6 +69,18 @@ def test_a_timed_out_command_ends_with_what_it_started_in_a_session_of_its_own(t
     assert _ended(int(pid_file.read_text())), "the command's own session outlived the timeout"
 
 
+def _sleeping_launch(folder, pids) -> list[str]:
+    """A 2-rank torchrun command (``common.ddp.torchrun``) whose workers write their pids to the
+    folder ``pids`` (made here), one file per rank, then sleep for 300 s."""
+    worker = folder / "worker.py"
+    worker.write_text("import os, pathlib, sys, time\n"
+                      "pathlib.Path(sys.argv[1], os.environ['RANK']).write_text(str(os.getpid()))\n"
+                      "time.sleep(300)\n")
+    pids.mkdir()
+    return [sys.executable, "-m", "common.ddp.torchrun", "--nproc-per-node=2", "--standalone",
+            str(worker), str(pids)]
+
+
 @pytest.mark.slow
 def test_an_interrupted_launch_leaves_no_worker_running(tmp_path):
     """The notebook's stop button (``KeyboardInterrupt``) during ``run_command``: torchrun's
@@ -74,7 +88,6 @@ def test_an_interrupted_launch_leaves_no_worker_running(tmp_path):
     The interrupt comes as a real signal once both workers run, as the kernel's does."""
     import os
     import signal
-    import sys
     import threading
     import time
 
@@ -82,12 +95,8 @@ def test_an_interrupted_launch_leaves_no_worker_running(tmp_path):
 
     from common.ddp.launch import run_command
 
-    worker = tmp_path / "worker.py"
-    worker.write_text("import os, pathlib, sys, time\n"
-                      "pathlib.Path(sys.argv[1], os.environ['RANK']).write_text(str(os.getpid()))\n"
-                      "time.sleep(300)\n")
     pids = tmp_path / "pids"
-    pids.mkdir()
+    command = _sleeping_launch(tmp_path, pids)
     running_when_interrupted: list[bool] = []
 
     def interrupt_when_both_run() -> None:
@@ -105,8 +114,6 @@ def test_an_interrupted_launch_leaves_no_worker_running(tmp_path):
     previous = signal.signal(signal.SIGUSR1, stop)
     try:
         threading.Thread(target=interrupt_when_both_run, daemon=True).start()
-        command = [sys.executable, "-m", "common.ddp.torchrun", "--nproc-per-node=2",
-                   "--standalone", str(worker), str(pids)]
         with pytest.raises(KeyboardInterrupt):
             run_command(command, timeout=240)
     finally:
@@ -114,3 +121,45 @@ def test_an_interrupted_launch_leaves_no_worker_running(tmp_path):
     assert running_when_interrupted == [True, True], "both workers ran when the interrupt came"
     started = [int(path.read_text()) for path in pids.iterdir()]
     assert [pid for pid in started if not _ended(pid)] == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_killed_kernel_takes_its_launch_along(tmp_path):
+    """A kernel restarted mid-launch is SIGKILLed with its process group, as jupyter_client's
+    restart does: nothing of the kernel runs to stop the launch, yet torchrun and both workers end
+    (torchrun runs in a session of its own, out of that group; ``launch_env`` names the kernel as
+    its starter, so it gets SIGTERM and stops its workers). The controls, run by hand: with
+    ``STARTER_ENV`` renamed in the kernel all three ran on, and with torchrun in the kernel's
+    group its workers did (a real ipykernel restarted by jupyter_client behaved the same)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    pids = tmp_path / "pids"
+    command = _sleeping_launch(tmp_path, pids)
+    kernel_code = "import sys\nfrom common.ddp import launch\nlaunch.run_command(sys.argv[1:], timeout=240)\n"
+    kernel = subprocess.Popen([sys.executable, "-c", kernel_code, *command], start_new_session=True)
+    started: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)  # both pid files written in full
+        started = [child.pid for child in psutil.Process(kernel.pid).children()]
+        started += [int(path.read_text()) for path in pids.iterdir()]
+        assert len(started) == 3, f"torchrun and its two workers: {started}"
+        os.killpg(kernel.pid, signal.SIGKILL)  # jupyter_client: the kernel's whole process group
+        kernel.wait()
+        assert [pid for pid in started if not _ended(pid, within=30)] == []
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+        for pid in started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from common.cli import one_line
+from common.ddp import launch
 from common.ddp.collectives_demo import allreduce_seconds, fastest_ms
 from common.ddp.launch import free_port, launch_env, torchrun_command, worker_entry
 from common.ddp.process_group import (
@@ -86,6 +88,7 @@ def test_torchrun_command_forms():
     env = launch_env(threads=1)
     assert env["OMP_NUM_THREADS"] == "1" and env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     assert env["PYTHONUNBUFFERED"] == "1", "each line a rank prints arrives at once, as python -u would"
+    assert env["COMPANION_LAUNCH_STARTER"] == str(os.getpid()), "the launcher ends with this process"
 
 
 def test_a_script_is_run_by_path_and_a_module_with_m(tmp_path):
@@ -135,3 +138,67 @@ def test_a_rendezvous_that_cannot_be_made_is_one_line_naming_the_port(monkeypatc
     assert run_in_process_group(lambda config, info: None, None, errors=(ValueError,)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "MASTER_ADDR:MASTER_PORT 127.0.0.1:29500" in err and "EADDRINUSE" in err
+
+
+class _FakeLibc:
+    """Stands in for the C library, so that no test sets a parent-death signal on pytest itself."""
+
+    def __init__(self, returns: int = 0) -> None:
+        self.calls: list[tuple[int, ...]] = []
+        self.returns = returns
+
+    def prctl(self, *args: int) -> int:
+        self.calls.append(args)
+        return self.returns
+
+
+def _fake_libc(monkeypatch, returns: int = 0) -> _FakeLibc:
+    import ctypes
+
+    libc = _FakeLibc(returns)
+    monkeypatch.setattr(ctypes, "CDLL", lambda *_, **__: libc)
+    monkeypatch.setattr(launch.sys, "platform", "linux")
+    return libc
+
+
+def test_a_launch_started_by_a_process_ends_with_it_on_linux(monkeypatch):
+    """The signal is asked for once, SIGTERM (torchrun's agent stops its workers on it), and the
+    variable is removed, so the ranks do not inherit it (the real signal: the system test)."""
+    import signal
+
+    libc = _fake_libc(monkeypatch)
+    environ = {launch.STARTER_ENV: str(os.getpid()), "OTHER": "1"}
+    assert launch.end_with_starter(environ) is True
+    assert libc.calls == [(1, signal.SIGTERM, 0, 0, 0)] and environ == {"OTHER": "1"}
+
+
+def test_without_a_starter_or_off_linux_nothing_is_set_up(monkeypatch):
+    libc = _fake_libc(monkeypatch)
+    assert launch.end_with_starter({}) is False  # a launch from a terminal: nohup keeps working
+    monkeypatch.setattr(launch.sys, "platform", "darwin")
+    environ = {launch.STARTER_ENV: str(os.getpid())}
+    assert launch.end_with_starter(environ) is False and environ == {}
+    assert libc.calls == []
+
+
+def test_a_starter_that_already_ended_stops_the_launch_in_one_line(monkeypatch):
+    """It died before the signal was set up, so the signal would never come."""
+    _fake_libc(monkeypatch)
+    gone = 4_194_305  # above any Linux pid (pid_max is at most 2**22)
+    with pytest.raises(SystemExit) as raised:
+        launch.end_with_starter({launch.STARTER_ENV: str(gone)})
+    assert str(raised.value) == f"error: the process that started this launch ({launch.STARTER_ENV}={gone}) has ended"
+
+
+def test_a_starter_that_is_no_process_id_stops_the_launch_in_one_line(monkeypatch):
+    libc = _fake_libc(monkeypatch)
+    with pytest.raises(SystemExit) as raised:
+        launch.end_with_starter({launch.STARTER_ENV: "kernel"})
+    assert str(raised.value) == f"error: {launch.STARTER_ENV} must be a process id, got 'kernel'"
+    assert libc.calls == []
+
+
+def test_a_failed_prctl_stops_the_launch_in_one_line(monkeypatch):
+    _fake_libc(monkeypatch, returns=-1)
+    with pytest.raises(SystemExit, match=r"^error: prctl\(PR_SET_PDEATHSIG\) failed: "):
+        launch.end_with_starter({launch.STARTER_ENV: str(os.getpid())})
