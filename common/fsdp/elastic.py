@@ -158,7 +158,7 @@ def join_later(command: Sequence[str], log_file: str | Path, *, after_step: int,
 
     def start(argv: Sequence[str]) -> subprocess.Popen:
         return subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=env, start_new_session=True)
+                                text=True, env=env)
 
     first, deadline = start(command), time.monotonic() + timeout
     while not any(r["event"] == "checkpoint" and r["step"] >= after_step
@@ -225,7 +225,7 @@ def leave_later(host: Sequence[str], guest: Sequence[str], log_file: str | Path,
 
     def start(command: Sequence[str], **options) -> subprocess.Popen:
         return subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=env, start_new_session=True, **options)
+                                text=True, env=env, **options)
 
     first, second = start(host), start(guest)
     deadline = time.monotonic() + timeout
