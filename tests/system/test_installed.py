@@ -167,9 +167,13 @@ def test_chapters_run_from_the_installed_package_in_an_empty_folder(installed, t
         nb = apply_parameters(nbformat.read(work / f"{stem}.ipynb", as_version=4), stem)
         stored = _checked_outputs(nb)
         nb.cells.append(nbformat.v4.new_code_cell(PROBE))
-        start = time.perf_counter()
-        NotebookClient(nb, km=_kernel(tmp_path / stem, installed), timeout=300,
-                       resources={"metadata": {"path": str(work)}}).execute(env=env)
+        start, kernel = time.perf_counter(), _kernel(tmp_path / stem, installed)
+        try:
+            NotebookClient(nb, km=kernel, timeout=300,
+                           resources={"metadata": {"path": str(work)}}).execute(env=env)
+        finally:  # nbclient shuts down only the kernels it made itself
+            if kernel.has_kernel:
+                kernel.shutdown_kernel(now=True)
         timings[stem] = time.perf_counter() - start
         assert _checked_outputs(nb) == stored, f"{stem}: a cell tagged nbval-check-output printed otherwise"
         common_file, repo, data = nb.cells[-1].outputs[0]["text"].split()
