@@ -20,6 +20,10 @@ else: a job that succeeds prints what it prints under torchrun. Anything else th
 
 ``common.ddp.launch.torchrun_command`` builds this command, so every launch of the chapters,
 exercises and benchmarks goes through it.
+
+Started with ``common.ddp.launch.launch_env`` (which names the starting process, a notebook's kernel),
+it ends on Linux when that process ends, however it ends, and torchrun then stops its workers
+(``common.ddp.launch.end_with_starter``).
 """
 
 from __future__ import annotations

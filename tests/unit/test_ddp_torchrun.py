@@ -75,4 +75,3 @@ def test_the_agent_s_report_of_the_last_failure_is_left_out_and_a_restarted_one_
     restarted = torchrun.FinalFailureLeftOut(max_restarts=1)
     assert [restarted.filter(record) for record in [*report, *report, other]] == [True, True, False, False, True]
     assert [torchrun.FinalFailureLeftOut(0).filter(record) for record in report] == [False, False]
-
