@@ -175,19 +175,22 @@ def rank_error(message: str) -> str:
 
 def end_with_starter(environ: MutableMapping[str, str] = os.environ) -> bool:
     """Called by the launcher (``python -m common.ddp.torchrun``) first: on Linux, when
-    ``STARTER_ENV`` is set, ask the operating system to send this process SIGTERM when its parent
-    ends, however it ends: a notebook's kernel restarted or killed mid-launch, a SIGKILLed test.
-    torchrun's agent stops its workers on SIGTERM, so the whole launch ends with the kernel
-    instead of running on, holding the cores and the port. The variable is removed first, so the
-    ranks do not inherit it. Returns whether the signal was set up.
+    ``STARTER_ENV`` names this process's parent, ask the operating system to send this process
+    SIGTERM when that parent ends, however it ends: a notebook's kernel restarted or killed
+    mid-launch, a SIGKILLed test. torchrun's agent stops its workers on SIGTERM, so the whole
+    launch ends with the kernel instead of running on, holding the cores and the port. The
+    variable is removed first, so the ranks do not inherit it. Returns whether the signal was
+    set up.
 
-    Elsewhere (macOS, Windows) nothing is set up: a killed kernel leaves its launch running
-    there, to be stopped with ``kill_launch`` or the system's process list.
+    A variable that names another process was passed on (a shell that did not ``exec``, a batch
+    job's exported environment on another machine): nothing is set up for it. Elsewhere (macOS,
+    Windows) nothing is set up either: a killed kernel leaves its launch running there, to be
+    stopped with ``kill_launch`` or the system's process list.
 
     Raises:
-        SystemExit: With one line, when the process ``STARTER_ENV`` names has already ended (it
-            died before the signal was set up, which then comes from no one), when it names no
-            process id, or when prctl failed.
+        SystemExit: With one line, when the parent ended while the signal was being set up (it
+            would then come from no one), when the variable names no process id, or when prctl
+            failed.
 
     Introduced in TROUBLESHOOTING.md ("A restarted kernel left its `torchrun` running").
     """
@@ -196,23 +199,15 @@ def end_with_starter(environ: MutableMapping[str, str] = os.environ) -> bool:
         return False
     if not starter.isdigit():
         raise SystemExit(f"error: {STARTER_ENV} must be a process id, got {starter!r}")
+    if os.getppid() != int(starter):
+        return False
     import ctypes
     import signal
 
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
         raise SystemExit(f"error: prctl(PR_SET_PDEATHSIG) failed: {os.strerror(ctypes.get_errno())}")
-    if not _alive(int(starter)):
+    if os.getppid() != int(starter):  # it ended before the signal was set up
         raise SystemExit(f"error: the process that started this launch ({STARTER_ENV}={starter}) "
                          "has ended")
-    return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, as another user's
-        return True
     return True

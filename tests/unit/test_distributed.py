@@ -167,7 +167,7 @@ def test_a_launch_started_by_a_process_ends_with_it_on_linux(monkeypatch):
     import signal
 
     libc = _fake_libc(monkeypatch)
-    environ = {launch.STARTER_ENV: str(os.getpid()), "OTHER": "1"}
+    environ = {launch.STARTER_ENV: str(os.getppid()), "OTHER": "1"}  # the launcher's parent
     assert launch.end_with_starter(environ) is True
     assert libc.calls == [(1, signal.SIGTERM, 0, 0, 0)] and environ == {"OTHER": "1"}
 
@@ -176,18 +176,29 @@ def test_without_a_starter_or_off_linux_nothing_is_set_up(monkeypatch):
     libc = _fake_libc(monkeypatch)
     assert launch.end_with_starter({}) is False  # a launch from a terminal: nohup keeps working
     monkeypatch.setattr(launch.sys, "platform", "darwin")
-    environ = {launch.STARTER_ENV: str(os.getpid())}
+    environ = {launch.STARTER_ENV: str(os.getppid())}
     assert launch.end_with_starter(environ) is False and environ == {}
     assert libc.calls == []
 
 
-def test_a_starter_that_already_ended_stops_the_launch_in_one_line(monkeypatch):
-    """It died before the signal was set up, so the signal would never come."""
-    _fake_libc(monkeypatch)
-    gone = 4_194_305  # above any Linux pid (pid_max is at most 2**22)
+def test_a_starter_that_is_not_the_parent_was_passed_on_and_sets_up_nothing(monkeypatch):
+    """A shell that did not exec, a batch job's exported environment on another machine: the pid
+    means nothing here, so the launch neither fails nor ends with some other process."""
+    libc = _fake_libc(monkeypatch)
+    environ = {launch.STARTER_ENV: str(os.getpid())}  # this process: never the launcher's parent
+    assert launch.end_with_starter(environ) is False and environ == {} and libc.calls == []
+
+
+def test_a_parent_that_ends_while_the_signal_is_set_up_stops_the_launch_in_one_line(monkeypatch):
+    """It died before the signal was set up (this process was given to another parent), so the
+    signal would never come."""
+    libc = _fake_libc(monkeypatch)
+    parents = iter([4242, 1])  # the starter, then init after it ended
+    monkeypatch.setattr(launch.os, "getppid", lambda: next(parents))
     with pytest.raises(SystemExit) as raised:
-        launch.end_with_starter({launch.STARTER_ENV: str(gone)})
-    assert str(raised.value) == f"error: the process that started this launch ({launch.STARTER_ENV}={gone}) has ended"
+        launch.end_with_starter({launch.STARTER_ENV: "4242"})
+    assert str(raised.value) == f"error: the process that started this launch ({launch.STARTER_ENV}=4242) has ended"
+    assert len(libc.calls) == 1
 
 
 def test_a_starter_that_is_no_process_id_stops_the_launch_in_one_line(monkeypatch):
@@ -201,4 +212,4 @@ def test_a_starter_that_is_no_process_id_stops_the_launch_in_one_line(monkeypatc
 def test_a_failed_prctl_stops_the_launch_in_one_line(monkeypatch):
     _fake_libc(monkeypatch, returns=-1)
     with pytest.raises(SystemExit, match=r"^error: prctl\(PR_SET_PDEATHSIG\) failed: "):
-        launch.end_with_starter({launch.STARTER_ENV: str(os.getpid())})
+        launch.end_with_starter({launch.STARTER_ENV: str(os.getppid())})
