@@ -333,8 +333,9 @@ assert close_to_reference(resumed_weights)
 # `--simulate-failure-at-step 3` makes the last rank exit abruptly at step 3 on the first attempt, as a
 # crashed worker would. With `torchrun --max-restarts=1` the agent notices, stops the other rank,
 # and starts the whole group again; the new workers find the snapshot of step 2 and continue.
-# (`RESTART_SAFE_ENV`, which `run_command` sets, gives each attempt a fresh rendezvous store — see
-# the note in `common/ddp/launch.py`.) The tests also kill a worker with `SIGKILL` mid-epoch.
+# (`RESTART_SAFE_ENV`, which `python -m common.ddp.torchrun` sets when `--max-restarts` is above 0, gives
+# each attempt a fresh rendezvous store — see the note in `common/ddp/launch.py`.) The tests also kill a
+# worker with `SIGKILL` mid-epoch.
 
 # %%
 print("environment for restarts:", RESTART_SAFE_ENV)

@@ -461,8 +461,9 @@ show_source(fsdp_checkpoint._publish)
 # ## A kill inside a save, and `torchrun --max-restarts=1`
 # Now a real kill, on 2 FSDP ranks: the last rank SIGKILLs itself inside step 6's `save_checkpoint`,
 # after DCP wrote the hidden `.step-000006.tmp` and before the rename (`--kill-in-save`, through the
-# `on_written` hook). torchrun restarts the group (with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` from
-# `launch_env`, the workaround Chapter 4.2 explains), and the new attempt resumes from the newest
+# `on_written` hook). torchrun restarts the group (with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`, which
+# `common.ddp.torchrun` sets for a launch with `--max-restarts`: the workaround Chapter 4.2 explains),
+# and the new attempt resumes from the newest
 # complete checkpoint. Which one is that? The table lists every checkpoint and the end of each epoch:
 
 # %%

@@ -160,7 +160,8 @@ pd.DataFrame([{"agent": ["first", "second"][pids.index(r["pid"])], "step": r["st
 # `after_step` (a crash, a wrong flag) stops the wait instead of leaving it polling forever; both
 # agents' output captured (the cells below read the device plan from it); on a timeout, SIGKILL to each
 # agent's whole process tree (why the tree, the leave below shows); the exit codes checked; and one
-# environment for both, `launch_env()` plus `COMPANION_RANKS_PER_HOST` (`agents_env`):
+# environment for both, `launch_env()` plus `COMPANION_RANKS_PER_HOST` and, since a change of
+# membership restarts the workers, `RESTART_SAFE_ENV` (`agents_env`):
 
 # %% tags=["hide-output"]
 show_source(join_later)

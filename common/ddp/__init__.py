@@ -7,7 +7,8 @@ validated training snapshots), ``run_log``, ``config`` (``TrainConfig``), ``trai
 trainer's steps, ``run_training``), ``debugging`` (every rank's stack dump, the rank that
 hangs), and the entry points ``train`` (``python -m common.ddp.train``), ``bench``,
 ``collectives_demo``, ``uneven``, ``first_step`` and ``examples_main`` (pytorch/examples'
-launch, which ``first_step`` times), which no module imports. Imports go one way: ``common.ddp`` uses the core of ``common``.
+launch, which ``first_step`` times), ``store_join`` (the wait in ``init_process_group`` with each
+rendezvous store; its ranks run ``store_join_rank``), which no module imports. Imports go one way: ``common.ddp`` uses the core of ``common``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ _WHERE = {
     "is_main_process": "common.ddp.process_group",
     "launch_env": "common.ddp.launch",
     "restart_hazard": "common.ddp.launch",
+    "restart_safe_environment": "common.ddp.launch",
     "run_command": "common.ddp.launch",
     "setup_distributed": "common.ddp.process_group",
     "torchrun_command": "common.ddp.launch",

@@ -68,6 +68,8 @@ def worker_entry(target: str, args: Sequence[str] = ()) -> list[str]:
 #: shares its rendezvous TCPStore with the workers, and a restarted worker group can read
 #: the previous attempt's addresses from it and fail to connect ("connectFullMesh failed
 #: ... Connection refused"; pytorch/pytorch#135712). A store per attempt avoids that.
+#: ``python -m common.ddp.torchrun`` sets it when ``--max-restarts`` is above 0
+#: (``restart_safe_environment``); a plain ``torchrun`` with restarts needs it exported.
 RESTART_SAFE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
@@ -81,13 +83,31 @@ _PR_SET_PDEATHSIG = 1
 def launch_env(*, threads: int = 1) -> dict[str, str]:
     """This process's environment, plus ``OMP_NUM_THREADS`` (one thread per rank on a CPU),
     ``PYTHONUNBUFFERED`` (each line a rank prints arrives at once, as torchrun's ``python -u``
-    workers print), ``RESTART_SAFE_ENV`` and this process's pid as the launch's starter (on
-    Linux the launcher ends with it: ``end_with_starter``).
+    workers print) and this process's pid as the launch's starter (on Linux the launcher ends
+    with it: ``end_with_starter``). ``RESTART_SAFE_ENV`` is not in it: the launcher sets that
+    itself when it may restart (``restart_safe_environment``).
 
     Introduced in chapters/04_1_ddp_fundamentals.ipynb.
     """
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1", **RESTART_SAFE_ENV,
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
             STARTER_ENV: str(os.getpid())}
+
+
+def restart_safe_environment(max_restarts: int, environ: MutableMapping[str, str] = os.environ) -> None:
+    """Put ``RESTART_SAFE_ENV`` in ``environ`` (torchrun's agent, and so its workers) when the
+    agent may restart its workers (``max_restarts > 0``); a value already there is kept.
+
+    Without restarts nothing is set, and the workers share the agent's rendezvous store, which is
+    up before they start. A store of the workers' own is served by rank 0: a rank that reaches
+    ``init_process_group`` before rank 0 has opened it finds the port closed and tries again
+    after a pause, 0.25 to 0.7 s, in about a third of this machine's 2-rank launches (none
+    with the agent's store).
+
+    Introduced in chapters/04_2_ddp_training.ipynb.
+    """
+    if max_restarts > 0:
+        for name, value in RESTART_SAFE_ENV.items():
+            environ.setdefault(name, value)
 
 
 def restart_hazard() -> str | None:

@@ -21,6 +21,9 @@ else: a job that succeeds prints what it prints under torchrun. Anything else th
 ``common.ddp.launch.torchrun_command`` builds this command, so every launch of the chapters,
 exercises and benchmarks goes through it.
 
+With ``--max-restarts`` above 0 it sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` first (the
+workaround for a restart bug, ``common.ddp.launch.RESTART_SAFE_ENV``); without restarts the workers
+share the agent's store, as under plain torchrun.
 Started with ``common.ddp.launch.launch_env`` (which names the starting process, a notebook's kernel),
 it ends on Linux when that process ends, however it ends, and torchrun then stops its workers
 (``common.ddp.launch.end_with_starter``).
@@ -35,7 +38,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from common.cli import LAUNCHER_PRINTS_ERRORS
-from common.ddp.launch import end_with_starter
+from common.ddp.launch import end_with_starter, restart_safe_environment
 
 _RANK = re.compile(r"^rank \d+: ")
 #: The logger of torchrun's worker processes, which reports a failed worker group.
@@ -96,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from torch.distributed.run import parse_args, run
 
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    restart_safe_environment(args.max_restarts)  # read by the agent's rendezvous; the ranks inherit it
     agent_log = logging.getLogger(AGENT_LOGGER)
     final_failure = FinalFailureLeftOut(args.max_restarts)
     agent_log.addFilter(final_failure)  # its "failed (exitcode: 2)": the lines below say it

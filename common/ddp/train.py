@@ -24,7 +24,8 @@ Several machines (run on each; see chapters/04_slurm_ddp_train.sbatch)::
 
 Add ``--max-restarts=1`` to torchrun and ``--snapshot PATH`` here, and a crashed worker
 group is restarted from the last snapshot; export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
-first (see ``common.ddp.launch.RESTART_SAFE_ENV``). This script's flags must not be
+first (see ``common.ddp.launch.RESTART_SAFE_ENV``; ``python -m common.ddp.torchrun`` sets it
+itself when ``--max-restarts`` is above 0). This script's flags must not be
 prefixes of torchrun's own (``--log`` would be read as ``--log-dir``), hence
 ``--log-file``. ``--tiny`` is the configuration the tests use; the settings are
 ``common.ddp.config.TrainConfig``. This module is the command line only: the trainer's

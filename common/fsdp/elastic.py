@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.cli import flag_name
-from common.ddp.launch import kill_launch, launch_env, worker_entry
+from common.ddp.launch import RESTART_SAFE_ENV, kill_launch, launch_env, worker_entry
 from common.ddp.process_group import gather_objects
 from common.device import RANKS_PER_HOST_ENV
 
@@ -109,14 +109,16 @@ def elastic_command(module: str, args: Sequence[str] = (), *, endpoint: str, min
 
 
 def agents_env(commands: Sequence[Sequence[str]]) -> dict[str, str]:
-    """``launch_env()`` plus ``COMPANION_RANKS_PER_HOST``: the ranks these agents start here.
+    """``launch_env()`` plus ``COMPANION_RANKS_PER_HOST`` (the ranks these agents start here) and
+    ``RESTART_SAFE_ENV``: these agents are plain torchrun, and each change of membership restarts
+    their workers.
 
     Introduced in chapters/06_4_elastic_training.ipynb.
     """
     flag = "--nproc-per-node="
     ranks = sum(int(next((arg[len(flag):] for arg in command if arg.startswith(flag)), "1"))
                 for command in commands)
-    return {**launch_env(), RANKS_PER_HOST_ENV: str(ranks)}
+    return {**launch_env(), **RESTART_SAFE_ENV, RANKS_PER_HOST_ENV: str(ranks)}
 
 
 def read_log(log_file: str | Path) -> list[dict]:

@@ -38,6 +38,20 @@ def test_collectives_on_two_processes_and_companion_device_reaches_the_workers(m
     assert len(cost) == 2 and all(len(line.split(": ", 1)[1].split()) == 6 for line in cost)
 
 
+def test_the_workers_share_the_agent_s_store_unless_the_launch_may_restart(tmp_path):
+    """Without restarts the ranks connect to the agent's rendezvous store, up before they start (a
+    store of their own, served by rank 0, makes a rank that comes first retry after a pause); with
+    ``--max-restarts`` each attempt gets a store of its own (pytorch/pytorch#135712)."""
+    worker = tmp_path / "worker.py"
+    worker.write_text("import os\n"
+                      "print(os.environ['RANK'], os.environ['TORCHELASTIC_USE_AGENT_STORE'], "
+                      "os.environ.get('TORCH_DISABLE_SHARE_RDZV_TCP_STORE'))\n")
+    plain = run_forked(torchrun_command(str(worker), nproc_per_node=2), timeout=120)
+    assert sorted(plain.stdout.split("\n")[:2]) == ["0 True None", "1 True None"], plain.stdout
+    restarting = run_forked(torchrun_command(str(worker), nproc_per_node=2, max_restarts=1), timeout=120)
+    assert sorted(restarting.stdout.split("\n")[:2]) == ["0 False 1", "1 False 1"], restarting.stdout
+
+
 def _ended(pid: int, within: float = 5.0) -> bool:
     """Whether process ``pid`` is gone (or a zombie: killed, not yet reaped) within ``within`` s."""
     import time

@@ -89,7 +89,8 @@ def test_help_says_each_default_once_and_a_path_as_written(capsys):
 ENTRY_FOLDERS = ("common", "course", "data_scripts")
 #: Entry points that another program starts: their ``--help`` says who, on stderr, with exit status 2.
 INTERNAL = {"course.grading.inside.judge": "grader",
-            "common.ddp.first_step_rank": "common.ddp.first_step --libraries-first"}
+            "common.ddp.first_step_rank": "common.ddp.first_step --libraries-first",
+            "common.ddp.store_join_rank": "common.ddp.store_join"}
 
 
 def _module(path: Path, root: Path) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from types import SimpleNamespace
 
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
@@ -75,3 +76,17 @@ def test_the_agent_s_report_of_the_last_failure_is_left_out_and_a_restarted_one_
     restarted = torchrun.FinalFailureLeftOut(max_restarts=1)
     assert [restarted.filter(record) for record in [*report, *report, other]] == [True, True, False, False, True]
     assert [torchrun.FinalFailureLeftOut(0).filter(record) for record in report] == [False, False]
+
+
+def test_the_launcher_sets_a_store_per_attempt_before_its_agent_runs_only_with_restarts(monkeypatch):
+    """torchrun's rendezvous reads TORCH_DISABLE_SHARE_RDZV_TCP_STORE in the agent's own process,
+    so it must be in this process's environment when ``run`` is called (the ranks inherit it)."""
+    seen = []
+    monkeypatch.setattr("torch.distributed.run.run",
+                        lambda args: seen.append(os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE")))
+    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "")  # so that the end of the test removes
+    monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE")        # what the launcher sets
+    monkeypatch.delenv("COMPANION_LAUNCH_STARTER", raising=False)
+    script = ["--standalone", "--nproc-per-node=2", "train.py"]
+    assert torchrun.main(script) == 0 and seen == [None]
+    assert torchrun.main(["--max-restarts=1", *script]) == 0 and seen == [None, "1"]

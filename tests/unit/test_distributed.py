@@ -12,7 +12,13 @@ from torch.utils.data import DistributedSampler
 from common.cli import one_line
 from common.ddp import launch
 from common.ddp.collectives_demo import allreduce_seconds, fastest_ms
-from common.ddp.launch import free_port, launch_env, torchrun_command, worker_entry
+from common.ddp.launch import (
+    free_port,
+    launch_env,
+    restart_safe_environment,
+    torchrun_command,
+    worker_entry,
+)
 from common.ddp.process_group import (
     DistInfo,
     all_reduce_sum,
@@ -86,9 +92,21 @@ def test_torchrun_command_forms():
     with pytest.raises(ValueError, match="needs an rdzv_endpoint"):
         torchrun_command("common.x", nnodes=2)
     env = launch_env(threads=1)
-    assert env["OMP_NUM_THREADS"] == "1" and env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in env, "the launcher sets it when it may restart"
     assert env["PYTHONUNBUFFERED"] == "1", "each line a rank prints arrives at once, as python -u would"
     assert env["COMPANION_LAUNCH_STARTER"] == str(os.getpid()), "the launcher ends with this process"
+
+
+def test_only_a_launch_that_may_restart_gets_a_store_per_attempt():
+    environ: dict[str, str] = {}
+    restart_safe_environment(0, environ)
+    assert environ == {}, "without restarts the workers share the agent's store"
+    restart_safe_environment(2, environ)
+    assert environ == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    chosen = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}
+    restart_safe_environment(1, chosen)
+    assert chosen == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}, "a value already set is kept"
 
 
 def test_a_script_is_run_by_path_and_a_module_with_m(tmp_path):
