@@ -28,9 +28,9 @@ import os
 import tarfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
@@ -61,6 +61,9 @@ from common.shards.order import (
     unique_keys,
     worker_quotas,
 )
+
+if TYPE_CHECKING:
+    import pandas
 
 #: The most image bytes one consumer's shuffle buffer may hold (``max_buffer_bytes``).
 MAX_BUFFER_BYTES = 512 * 2**20
@@ -237,12 +240,14 @@ class ShardedImageDataset(IterableDataset):
                             for shard_list in per_rank] for per_rank in assignment])
         return assignment, counts, worker_quotas(counts, self.equalize)
 
-    def plan(self, num_workers: int, *, epoch: int | None = None) -> pd.DataFrame:
+    def plan(self, num_workers: int, *, epoch: int | None = None) -> pandas.DataFrame:
         """Who reads which shards in an epoch, for every rank: one row per consumer.
 
         Columns: rank, worker, shards, samples (in those shards), yields (after
         ``equalize``), padded, dropped.
         """
+        import pandas as pd  # here only: a training rank never plans, and pandas is 0.2 s to import
+
         epoch = self.epoch if epoch is None else epoch
         assignment, counts, quotas = self._split(num_workers, epoch)
         rows = [{"rank": r, "worker": w, "shards": [self.shards[i].path.name for i in shards],

@@ -86,3 +86,15 @@ def test_two_ranks_stopped_mid_epoch_resume_on_other_workers_to_the_same_weights
     assert "in epoch 0 after step 2 (8, 8 samples of each rank read)" in out
     for name, tensor in read_snapshot(whole)["model"].items():
         assert torch.equal(tensor, read_snapshot(stopped)["model"][name]), name
+
+
+def test_a_training_rank_imports_no_pandas():
+    """pandas is about 0.3 s of CPU to import, and only the chapters' tables and the benchmarks use it:
+    neither trainer's module may pull it into every rank (``ShardedImageDataset.plan`` imports it
+    when called)."""
+    import sys
+
+    code = ("import sys, common.ddp.train, common.shards.train\n"
+            "print(sorted(name for name in ('pandas', 'matplotlib') if name in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr[-2000:]
