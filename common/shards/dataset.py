@@ -246,7 +246,7 @@ class ShardedImageDataset(IterableDataset):
         Columns: rank, worker, shards, samples (in those shards), yields (after
         ``equalize``), padded, dropped.
         """
-        import pandas as pd  # here only: a training rank never plans, and pandas is 0.2 s to import
+        import pandas as pd  # here only: a training rank never plans, and pandas is about 0.3 s to import
 
         epoch = self.epoch if epoch is None else epoch
         assignment, counts, quotas = self._split(num_workers, epoch)
